@@ -1,0 +1,18 @@
+"""kernelwright: GPU kernel ladders for LLM building blocks, verified, timed and placed on the roofline.
+
+>>> import torch, kernelwright
+>>> y = kernelwright.ops.softmax(torch.randn(4, 1000), dim=-1)   # CPU: Triton's interpreter
+
+The device is settled at import (``KW_DEVICE`` = auto, cpu or cuda): without a GPU, Triton kernels run through
+the interpreter.
+"""
+
+from kernelwright import runtime
+
+runtime.select_device()
+
+from kernelwright import ops  # noqa: E402
+from kernelwright.errors import Unavailable, UsageError  # noqa: E402
+
+__all__ = ["ops", "runtime", "Unavailable", "UsageError"]
+__version__ = "0.1.0"

@@ -1,0 +1,144 @@
+"""Benchmark a family: every rung and peer on the same inputs, in one process, checked before timed.
+
+For each (dtype, size): build one input case, compute the float64 reference once, then for the baseline
+(torch eager) first, the rungs in ladder order, and the peers: run once into a poisoned buffer and compare with
+the reference (a wrong kernel is reported, never timed), time it, place it on the roofline, and hand the row to
+``on_row`` (the store commits it at once, so Ctrl-C loses only the row in flight).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from kernelwright import runtime
+from kernelwright.errors import Unavailable
+from kernelwright.harness.inputs import dtype_name, generator, poisoned_like
+from kernelwright.harness.roofline import Ceilings
+from kernelwright.harness.timing import TimerConfig, time_fn
+from kernelwright.harness.verify import compare, reference64
+from kernelwright.registry import Case, Family
+
+
+@dataclass
+class Contender:
+    name: str
+    role: str  # "rung" or "peer"
+    backend: str
+    fn: Callable | None
+    takes_out: bool
+    unavailable: str | None = None
+
+
+def contenders(family: Family, variants: list[str] | None, with_peers: bool) -> list[Contender]:
+    """Baseline first, then rungs in ladder order, then peers. Unavailable ones carry their reason."""
+    out: list[Contender] = []
+    for r in family.rungs:
+        if variants and r.name not in variants and r.name != family.baseline:
+            continue
+        reason = r.unavailable_reason()
+        out.append(Contender(r.name, "rung", r.backend, None if reason else r.load(), True, reason))
+    if with_peers or family.baseline in (variants or []):
+        for p in family.peers:
+            if variants and p.name not in variants and p.name != family.baseline:
+                continue
+            try:
+                fn, reason = p.make(), None
+            except Unavailable as e:
+                fn, reason = None, str(e)
+            out.append(Contender(p.name, "peer", "peer", fn, False, reason))
+    out.sort(key=lambda c: c.name != family.baseline)
+    return out
+
+
+def bench_family(
+    family: Family,
+    sizes: list[tuple[int, ...]],
+    dtypes: list[torch.dtype],
+    ceilings: Ceilings,
+    *,
+    variants: list[str] | None = None,
+    peers: bool = True,
+    timer: TimerConfig | None = None,
+    on_row: Callable[[dict], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> list[dict]:
+    device = runtime.current_device()
+    timer = timer or TimerConfig()
+    people = contenders(family, variants, peers)
+    rows: list[dict] = []
+    for dtype in dtypes:
+        for size in sizes:
+            gen, seed = generator(device)
+            case = family.make_case(size, dtype, device, gen)
+            ref = reference64(family, case)
+            flops, nbytes = family.cost(size, dtype)
+            bound_s, bound = ceilings.bound_seconds(flops, nbytes, family.flop_unit, dtype_name(dtype))
+            base_ms = below_ms = None
+            for c in people:
+                if on_step:
+                    on_step(f"{family.name} {c.name} {family.format_size(size)} {dtype_name(dtype)}")
+                row = _row(family, c, case, dtype, flops, nbytes, bound, seed)
+                limit = family.rung(c.name).limit if c.role == "rung" else None
+                reason = c.unavailable or (limit(size, case.kwargs) if limit else None)
+                if reason:
+                    row["note"] = reason
+                else:
+                    _measure(row, c, family, case, dtype, ref, timer)
+                if row.get("median_ms"):
+                    row["tflops"] = flops / (row["median_ms"] * 1e-3) / 1e12
+                    row["tbps"] = nbytes / (row["median_ms"] * 1e-3) / 1e12
+                    row["pct_roofline"] = 100.0 * bound_s / (row["median_ms"] * 1e-3)
+                    if c.name == family.baseline:
+                        base_ms = row["median_ms"]
+                    row["speedup_vs_baseline"] = base_ms / row["median_ms"] if base_ms else None
+                    if c.role == "rung":
+                        row["speedup_vs_below"] = below_ms / row["median_ms"] if below_ms else None
+                        below_ms = row["median_ms"]
+                rows.append(row)
+                if on_row:
+                    on_row(row)
+            del case, ref
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    return rows
+
+
+def _row(family: Family, c: Contender, case: Case, dtype, flops, nbytes, bound, seed) -> dict:
+    return {
+        "family": family.name, "variant": c.name, "role": c.role, "backend": c.backend,
+        "size": family.format_size(case.size), "dtype": dtype_name(dtype), "numel": math.prod(case.size),
+        "flops": flops, "bytes": nbytes, "bound": bound, "telemetry": {"seed": seed},
+    }
+
+
+def _measure(row: dict, c: Contender, family: Family, case: Case, dtype, ref, timer: TimerConfig) -> None:
+    device = runtime.current_device()
+    try:
+        if c.takes_out:
+            out = poisoned_like(family.out_shape(case), dtype, device)
+            call = lambda: c.fn(*case.args, out=out, **case.kwargs)
+            call()
+            result = out
+        else:
+            call = lambda: c.fn(*case.args, **case.kwargs)
+            result = call()
+        cmp = compare(result, ref, family.tolerances[dtype])
+    except Exception as e:  # a peer that rejects a dtype or shape: report, don't crash the sweep
+        row["correct"] = False
+        row["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        return
+    row.update(correct=cmp.ok, max_abs=cmp.max_abs, rel_norm=cmp.rel_norm)
+    if not cmp.ok:
+        row["note"] = f"incorrect, not timed: {cmp.reason}"
+        return
+    del result
+    t = time_fn(call, timer, device)
+    row.update(
+        median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, n_samples=len(t.samples_ms),
+        samples=[round(s, 6) for s in t.samples_ms], mode=t.mode, settled=t.settled,
+        throttled=t.throttled, telemetry={**row["telemetry"], **t.telemetry, "warmup_calls": t.warmup_calls},
+    )

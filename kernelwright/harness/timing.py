@@ -1,0 +1,212 @@
+"""Timing: device events with a flushed L2 on CUDA, a host clock on CPU, one result type for both.
+
+The CUDA method follows nvbench's "cold" measurement and Triton's ``do_bench``:
+
+1. warm up until the per-call time settles (two consecutive windows' medians within 5%), so compilation,
+   autotuning and clock ramp-up stay out of the samples;
+2. before every sample, overwrite a buffer of at least twice the L2 size (allocated once, outside the timed
+   span), so each sample reads its inputs from device memory, as a real model's next layer would;
+3. one CUDA event pair around each launch; draw samples in batches until the relative IQR (IQR / median)
+   falls under ``rel_spread`` or ``max_seconds`` pass;
+4. keep median, IQR, min and every raw sample.
+
+``graph`` mode captures ``reps`` back-to-back calls into a CUDA graph and times each replay, for kernels too
+short (a few microseconds) for one event pair each: there the launch gap would be part of the number. Graph
+samples are warm-L2 by construction unless the callable rotates through input sets larger than the L2.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from kernelwright.harness import telemetry
+
+
+@dataclass
+class Timing:
+    """One measured callable. Times are milliseconds per call."""
+
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    samples_ms: list[float]
+    mode: str
+    """``cuda-events`` (L2 flushed per sample), ``cuda-graph`` or ``cpu-interpreter`` (host clock)"""
+    warmup_calls: int = 0
+    settled: bool = True
+    """False when the spread never fell under the threshold before the time cap"""
+    telemetry: dict = field(default_factory=dict)
+
+    @property
+    def rel_iqr(self) -> float:
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+    @property
+    def throttled(self) -> bool:
+        return bool(self.telemetry.get("throttled"))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["rel_iqr"] = self.rel_iqr
+        return d
+
+
+def summarize(samples: list[float]) -> tuple[float, float, float]:
+    """(median, IQR, min) of ``samples``."""
+    s = sorted(samples)
+    if len(s) < 4:
+        return statistics.median(s), (s[-1] - s[0]) if len(s) > 1 else 0.0, s[0]
+    q = statistics.quantiles(s, n=4, method="inclusive")
+    return q[1], q[2] - q[0], s[0]
+
+
+_flush_buffer: torch.Tensor | None = None
+
+
+def _l2_flush_buffer() -> torch.Tensor:
+    global _flush_buffer
+    if _flush_buffer is None:
+        from kernelwright.runtime import device_facts
+
+        l2 = device_facts().get("l2_bytes") or 64 * 2**20
+        # 2x the L2, at least 256 MiB: the writes evict every line an input could sit in.
+        _flush_buffer = torch.empty(max(2 * l2, 256 * 2**20) // 4, dtype=torch.int32, device="cuda")
+    return _flush_buffer
+
+
+@dataclass
+class TimerConfig:
+    rel_spread: float = 0.02
+    min_samples: int = 20
+    max_samples: int = 2000
+    max_seconds: float = 2.0
+    warmup_max_seconds: float = 1.0
+    flush_l2: bool = True
+    graph: str = "auto"
+    """``on``, ``off`` or ``auto``: graph mode when one event-timed call takes under ``graph_below_us``"""
+    graph_below_us: float = 15.0
+    graph_reps: int = 20
+
+
+def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device: str | None = None) -> Timing:
+    """Time ``fn()`` (which launches work and returns) on ``device`` (``cuda`` or ``cpu``)."""
+    from kernelwright.runtime import current_device
+
+    config = config or TimerConfig()
+    device = device or current_device()
+    if device == "cpu":
+        return _time_cpu(fn, config)
+    before = telemetry.read()
+    warm = _warmup_cuda(fn, config)
+    t = None
+    if config.graph == "on" or (config.graph == "auto" and warm.median_ms * 1e3 < config.graph_below_us):
+        t = _time_cuda_graph(fn, config)
+    if t is None:
+        t = _time_cuda_events(fn, config)
+    t.warmup_calls = warm.warmup_calls
+    t.telemetry = telemetry.around(before, telemetry.read())
+    return t
+
+
+def _event_sample(fn, flush: bool) -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    if flush:
+        _l2_flush_buffer().zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    return start, end
+
+
+def _batch(fn, n: int, flush: bool) -> list[float]:
+    pairs = [_event_sample(fn, flush) for _ in range(n)]
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in pairs]
+
+
+def _warmup_cuda(fn, config: TimerConfig) -> Timing:
+    fn()  # first call: compile, autotune, allocate
+    torch.cuda.synchronize()
+    t0, calls, last = time.perf_counter(), 1, None
+    while True:
+        window = _batch(fn, 5, config.flush_l2)
+        calls += 5
+        med = statistics.median(window)
+        if last is not None and abs(med - last) <= 0.05 * max(last, 1e-6):
+            break
+        if time.perf_counter() - t0 > config.warmup_max_seconds:
+            break
+        last = med
+    return Timing(med, 0.0, min(window), window, "warmup", warmup_calls=calls)
+
+
+def _time_cuda_events(fn, config: TimerConfig) -> Timing:
+    samples: list[float] = []
+    t0 = time.perf_counter()
+    batch = 10
+    settled = False
+    while len(samples) < config.max_samples:
+        samples += _batch(fn, batch, config.flush_l2)
+        if len(samples) >= config.min_samples:
+            med, iqr, _ = summarize(samples)
+            if iqr / med <= config.rel_spread:
+                settled = True
+                break
+        if time.perf_counter() - t0 > config.max_seconds:
+            break
+        batch = min(batch * 2, 200)
+    med, iqr, mn = summarize(samples)
+    return Timing(med, iqr, mn, samples, "cuda-events", settled=settled)
+
+
+def _time_cuda_graph(fn, config: TimerConfig) -> Timing | None:
+    reps = config.graph_reps
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(stream):
+            fn()  # warm the side stream (allocator, lazy init) before capture
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                for _ in range(reps):
+                    fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+    except Exception:  # not capturable (host sync inside fn, ...): fall back to per-launch events
+        torch.cuda.synchronize()
+        return None
+    one = lambda: g.replay()
+    timing = _time_cuda_events(one, TimerConfig(**{**asdict(config), "flush_l2": False}))
+    scale = 1.0 / reps
+    samples = [s * scale for s in timing.samples_ms]
+    med, iqr, mn = summarize(samples)
+    return Timing(med, iqr, mn, samples, "cuda-graph", settled=timing.settled)
+
+
+def _time_cpu(fn, config: TimerConfig) -> Timing:
+    t0 = time.perf_counter()
+    fn()  # warm-up: the interpreter parses the kernel on first call
+    first = time.perf_counter() - t0
+    samples: list[float] = []
+    budget = max(config.max_seconds, first * 3)
+    t0 = time.perf_counter()
+    settled = False
+    while len(samples) < config.max_samples:
+        s = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - s) * 1e3)
+        if len(samples) >= 3:
+            med, iqr, _ = summarize(samples)
+            if iqr / med <= config.rel_spread * 5:  # host timing on a shared CPU is noisier: 5x the threshold
+                settled = True
+                if len(samples) >= min(config.min_samples, 5):
+                    break
+        if time.perf_counter() - t0 > budget:
+            break
+    med, iqr, mn = summarize(samples)
+    return Timing(med, iqr, mn, samples, "cpu-interpreter", warmup_calls=1, settled=settled)

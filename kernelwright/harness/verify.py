@@ -1,0 +1,188 @@
+"""Correctness: every rung against its family's reference, in float64, on fresh inputs it cannot predict.
+
+A check fails when the output differs from the float64 reference beyond the dtype's :class:`Tolerance`, when
+an element was left unwritten (outputs start as NaN), when NaN/Inf appears where the reference (rounded to the
+output dtype) has none, when two runs on the same input disagree (a race), or when the inputs changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from kernelwright.harness.inputs import DISTRIBUTIONS, LAYOUTS, dtype_name, generator, poisoned_like
+from kernelwright.registry import Case, Family, Rung, Tolerance
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    max_abs: float
+    rel_norm: float
+    reason: str = ""
+
+
+@dataclass
+class CheckResult:
+    family: str
+    rung: str
+    dtype: str
+    shape: str
+    layout: str
+    dist: str
+    seed: int
+    ok: bool
+    max_abs: float
+    rel_norm: float
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compare(out: torch.Tensor, ref64: torch.Tensor, tol: Tolerance) -> Comparison:
+    """Compare ``out`` with a float64 reference. Non-finite values must match the reference rounded to
+    ``out.dtype`` position by position (an fp16 sum that overflows is right to be Inf)."""
+    if tuple(out.shape) != tuple(ref64.shape):
+        return Comparison(False, math.inf, math.inf, f"shape {tuple(out.shape)} != expected {tuple(ref64.shape)}")
+    if out.numel() == 0:
+        return Comparison(True, 0.0, 0.0)
+    o = out.double()
+    expected = ref64.to(out.dtype).double()
+    o_fin, e_fin = torch.isfinite(o), torch.isfinite(expected)
+    if not torch.equal(o_fin, e_fin):
+        wrong = o_fin != e_fin
+        first = wrong.nonzero()[0].tolist()
+        nan_where_finite = bool((torch.isnan(o) & e_fin).any())
+        what = "NaN (unwritten or invalid)" if nan_where_finite else "finite/non-finite mismatch"
+        return Comparison(False, math.inf, math.inf, f"{int(wrong.sum())} element(s) {what}, first at {first}")
+    if not same_values(o[~o_fin], expected[~e_fin]):
+        return Comparison(False, math.inf, math.inf, "non-finite values differ from the reference")
+    o, r = o[o_fin], ref64[o_fin].double()
+    if o.numel() == 0:
+        return Comparison(True, 0.0, 0.0)
+    diff = (o - r).abs()
+    max_abs = float(diff.max())
+    denom = float(torch.linalg.vector_norm(r))
+    rel = float(torch.linalg.vector_norm(o - r)) / denom if denom > 0 else float(torch.linalg.vector_norm(o - r))
+    over = diff > tol.atol + tol.rtol * r.abs()
+    if bool(over.any()):
+        i = int(over.nonzero()[0, 0])
+        return Comparison(
+            False, max_abs, rel,
+            f"{int(over.sum())} element(s) beyond atol={tol.atol:g} rtol={tol.rtol:g}; "
+            f"e.g. got {float(o[i]):.6g}, expected {float(r[i]):.6g}",
+        )
+    # No kernel can beat rounding its exact answer to the output dtype (fp16 outputs in the subnormal range
+    # lose relative precision): the norm bound is never tighter than twice that rounding error.
+    e = expected[o_fin]
+    floor = float(torch.linalg.vector_norm(e - r)) / denom if denom > 0 else 0.0
+    limit = max(tol.norm, 2 * floor)
+    if rel > limit:
+        return Comparison(False, max_abs, rel, f"relative norm error {rel:.3g} > {limit:.3g}")
+    return Comparison(True, max_abs, rel)
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise-equal values, NaN equal to NaN."""
+    return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+
+
+def reference64(family: Family, case: Case) -> torch.Tensor:
+    args = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in case.args)
+    return family.reference(*args, **case.kwargs)
+
+
+def _tensors(args: tuple) -> list[torch.Tensor]:
+    return [a for a in args if isinstance(a, torch.Tensor)]
+
+
+def check_case(family: Family, fn: Callable, case: Case, dtype: torch.dtype, *, takes_out: bool = True) -> Comparison:
+    """Run ``fn`` twice on ``case`` into poisoned outputs and judge it; see the module docstring."""
+    snapshots = [t.clone() for t in _tensors(case.args)]
+    ref = reference64(family, case)
+    device = next((t.device for t in snapshots), "cpu")
+    outs = []
+    for _ in range(2):
+        if takes_out:
+            out = poisoned_like(family.out_shape(case), dtype, device)
+            ret = fn(*case.args, out=out, **case.kwargs)
+            if ret is not None and ret is not out:
+                return Comparison(False, math.inf, math.inf, "returned a tensor other than the out= buffer")
+        else:
+            out = fn(*case.args, **case.kwargs)
+        for before, after in zip(snapshots, _tensors(case.args), strict=True):
+            if not same_values(before, after):
+                return Comparison(False, math.inf, math.inf, "an input changed during the call")
+        outs.append(out)
+    if outs[0].dtype != dtype:
+        return Comparison(False, math.inf, math.inf, f"output dtype {outs[0].dtype} != {dtype}")
+    if not same_values(outs[0], outs[1]):
+        n = int((outs[0] != outs[1]).sum())
+        return Comparison(False, math.inf, math.inf, f"two runs on the same input differ in {n} element(s): a race")
+    return compare(outs[0], ref, family.tolerances[dtype])
+
+
+def verify(
+    family: Family,
+    rungs: Iterable[Rung] | None = None,
+    dtypes: Iterable[torch.dtype] | None = None,
+    *,
+    device: str = "cpu",
+    distributions: Iterable[str] = DISTRIBUTIONS,
+    layouts: Iterable[str] = LAYOUTS,
+    shapes: list[tuple[tuple[int, ...], dict]] | None = None,
+    seed: int | None = None,
+    on_result: Callable[[CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    """Check rungs of ``family`` on its fuzz shapes, every layout and distribution, fresh values each trial.
+
+    To keep the trial count linear, each shape is tried with one layout and one distribution, cycling through
+    both lists, so every layout and distribution is covered once there are more shapes than either list.
+    Unavailable rungs are skipped (the CLI lists them with their reason). Returns one result per trial.
+    """
+    rungs = [r for r in (rungs or family.rungs) if not r.unavailable_reason()]
+    dtypes = list(dtypes or family.dtypes)
+    shapes = shapes if shapes is not None else family.fuzz()
+    dists, lays = list(distributions), list(layouts)
+    results = []
+    trial = 0
+    for rung in rungs:
+        fn = rung.load()
+        for dtype in dtypes:
+            for size, kwargs in shapes:
+                if rung.limit and rung.limit(size, kwargs):
+                    continue
+                dist, layout = dists[trial % len(dists)], lays[(trial // len(dists)) % len(lays)]
+                trial += 1
+                gen, s = generator("cpu", None if seed is None else seed + trial)
+                case = family.make_case(size, dtype, "cpu", gen, dist=dist, layout=layout, **kwargs)
+                case = _to_device(case, device)
+                cmp = check_case(family, fn, case, dtype)
+                res = CheckResult(
+                    family.name, rung.name, dtype_name(dtype), case.label or family.format_size(size),
+                    layout, dist, s, cmp.ok, cmp.max_abs, cmp.rel_norm, cmp.reason,
+                )
+                results.append(res)
+                if on_result:
+                    on_result(res)
+    return results
+
+
+def _to_device(case: Case, device: str) -> Case:
+    if device == "cpu":
+        return case
+    from kernelwright.harness.inputs import with_layout
+
+    args = []
+    for a in case.args:
+        if isinstance(a, torch.Tensor):
+            layout = "contiguous" if a.is_contiguous() else ("strided" if a.stride(-1) != 1 else "transposed")
+            dense = a.contiguous().to(device)
+            args.append(with_layout(dense, layout))
+        else:
+            args.append(a)
+    return Case(case.size, tuple(args), case.kwargs, case.label)

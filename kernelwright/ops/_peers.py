@@ -1,0 +1,38 @@
+"""Peers that many families share: torch.compile of the family's eager function, optional libraries."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+
+from kernelwright import runtime
+from kernelwright.errors import Unavailable
+from kernelwright.registry import Peer
+
+
+def eager(fn: Callable, name: str = "torch", note: str = "torch eager") -> Peer:
+    return Peer(name, lambda: fn, note)
+
+
+def torch_compile(fn: Callable, name: str = "torch.compile") -> Peer:
+    def make():
+        if runtime.current_device() != "cuda":
+            raise Unavailable(f"{name}: compared on CUDA only (its CPU code is not a GPU kernel)")
+        import torch
+
+        return torch.compile(fn, dynamic=False)
+
+    return Peer(name, make, "torch.compile(mode=default) of the eager function")
+
+
+def optional_library(name: str, module: str, build: Callable[[], Callable]) -> Peer:
+    """A peer from a library that may not be installed (Liger, ...), CUDA only."""
+
+    def make():
+        if importlib.util.find_spec(module) is None:
+            raise Unavailable(f"{name}: package {module!r} is not installed")
+        if runtime.current_device() != "cuda":
+            raise Unavailable(f"{name}: needs a CUDA GPU")
+        return build()
+
+    return Peer(name, make, f"from {module}")

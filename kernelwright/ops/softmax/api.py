@@ -1,0 +1,45 @@
+"""Public op: ``kernelwright.ops.softmax``."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelwright.errors import UsageError
+from kernelwright.ops import _validate
+
+
+def softmax(x: torch.Tensor, dim: int = -1, *, variant: str | None = None,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax of ``x`` along ``dim``: ``exp(x - max) / sum(exp(x - max))``.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        Any shape with at least one dimension, CPU or CUDA, float32, float16 or bfloat16, any layout.
+    dim : int
+        The dimension to normalize over; negative counts from the end.
+    variant : str, optional
+        A rung of the ``softmax`` family: ``"multipass"``, ``"fused"`` (rows up to 32768), ``"online"``,
+        ``"split"``. ``None`` takes the best rung for the device and row width.
+    out : torch.Tensor, optional
+        Contiguous buffer of ``x``'s shape and dtype to write into.
+
+    Returns
+    -------
+    torch.Tensor
+        Same shape and dtype as ``x``; every slice along ``dim`` sums to 1 (up to rounding).
+    """
+    from kernelwright.registry import get_family
+
+    _validate.tensor("x", x)
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise UsageError(f"dim: expected an int, got {type(dim).__name__}")
+    if x.dim() == 0:
+        raise UsageError("x: expected a tensor with at least one dimension, got a scalar (0-d) tensor")
+    if not -x.dim() <= dim < x.dim():
+        raise UsageError(f"dim: expected a value in [{-x.dim()}, {x.dim() - 1}] for a {x.dim()}-d tensor, got {dim}")
+    out = _validate.out_buffer(out, x.shape, x.dtype, x.device)
+    if x.numel() == 0:
+        return out
+    rung = _validate.pick_rung(get_family("softmax"), variant, x.device.type, tuple(x.shape), {"dim": dim})
+    return rung.load()(x, dim, out=out)

@@ -1,0 +1,133 @@
+"""softmax: the family's registration (rungs, inputs, cost, tolerances, sweep)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kernelwright.harness.inputs import random_values, with_layout
+from kernelwright.harness.sizes import format_dims, parse_dims
+from kernelwright.ops import _peers
+from kernelwright.ops.softmax.reference import softmax
+from kernelwright.registry import Case, Family, Rung, Tolerance
+
+_T = "kernelwright.ops.softmax.triton"
+FUSED_MAX_COLS = 32768  # fp32 values of one row held by <= 1024 threads: 32 registers each
+
+
+def fused_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    d = size[kwargs.get("dim", -1)] if size else 1
+    if d > FUSED_MAX_COLS:
+        return f"fused: a row of {d} columns exceeds {FUSED_MAX_COLS} (the whole row must fit in registers)"
+    return None
+
+
+RUNGS = (
+    Rung(
+        "multipass", "triton", f"{_T}:softmax_multipass",
+        "Five kernels, as eager code without fusion would run them: row max, subtract, exp, row sum, divide, "
+        "with fp32 intermediates. Traffic: 4 reads and 3 writes of the tensor, 2 of them at fp32 width. "
+        "Predicted: about 1/4 to 1/6 of the fused rung in bf16.",
+    ),
+    Rung(
+        "fused", "triton", f"{_T}:softmax_fused",
+        "One program per row keeps the whole row in registers: one read, one write, no intermediates in "
+        "memory. Predicted: >= 85% of the copy ceiling for rows of 1k-32k columns, 4-6x the multipass rung. "
+        f"Rows wider than {FUSED_MAX_COLS} do not fit in registers.",
+        limit=fused_limit,
+    ),
+    Rung(
+        "online", "triton", f"{_T}:softmax_online",
+        "Any row width: stream the row in 4096-column chunks keeping a running max and a rescaled sum, then "
+        "stream it again to write. Reads the row twice; the second read comes from L2 only while the rows in "
+        "flight fit there. Predicted: near the fused rung up to ~64k columns, falling towards 2/3 of the "
+        "ceiling on very wide rows (three tensor passes through HBM).",
+    ),
+    Rung(
+        "split", "triton", f"{_T}:softmax_split",
+        "Wide rows split over cooperating programs, 8192 columns each held in registers; they swap (max, sum) "
+        "partials through global atomics on a persistent, fully resident grid. One read, one write at any "
+        "width. Predicted: >= 85% of the copy ceiling at 64k and 256k columns, where online pays a second read.",
+    ),
+)
+
+
+def make_case(size, dtype, device, gen, dist="normal", layout="contiguous", dim=-1) -> Case:
+    x = with_layout(random_values(size, dtype, device, gen, dist), layout)
+    label = format_dims(size) + ("" if dim in (-1, len(size) - 1) else f" dim={dim}")
+    return Case(tuple(size), (x,), {"dim": dim}, label)
+
+
+def cost(size, dtype) -> tuple[float, float]:
+    n = math.prod(size)
+    # max, subtract, exp, sum, scale: ~5 operations an element; read x once, write y once
+    return 5.0 * n, float(2 * n * torch.finfo(dtype).bits // 8)
+
+
+def fuzz() -> list[tuple[tuple[int, ...], dict]]:
+    return [
+        ((0, 5), {}),                # empty: returns empty
+        ((1, 1), {}),                # one element: exactly 1.0
+        ((3, 127), {}),              # prime width, under one block
+        ((5, 131), {}),              # prime width, just over a power of two
+        ((2, 4097), {}),             # one past the online chunk: a one-column tail chunk
+        ((17, 1000), {}),            # non-power-of-two width, odd row count
+        ((4, 12289), {}),            # three online chunks plus one column
+        ((33, 7), {"dim": 0}),       # softmax over the first dim: strided rows
+        ((4, 3, 33), {"dim": 1}),    # 3-D, middle dim
+        ((2, 3, 5, 64), {}),         # 4-D, last dim
+    ]
+
+
+def sweep(device: str) -> list[tuple[int, ...]]:
+    if device == "cuda":
+        return [(32768, 4096), (16384, 8192), (4096, 65536), (1024, 262144)]
+    return [(64, 1024), (16, 8192), (4, 65536)]
+
+
+def _liger_softmax():
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    def run(x, dim=-1):
+        if dim not in (-1, x.dim() - 1):
+            raise ValueError("Liger's softmax normalizes the last dim only")
+        return LigerSoftmaxFunction.apply(x)
+
+    return run
+
+
+def choose(size, kwargs) -> list[str]:
+    # fused is simplest and best while a row fits in registers; wider rows go to split (one read)
+    return ["fused", "split", "online", "multipass"] if not fused_limit(size, kwargs) else [
+        "split", "online", "multipass"]
+
+
+FAMILY = Family(
+    name="softmax",
+    summary="softmax over any dim of an N-d tensor, forward: a row reduction that must stay memory-bound",
+    reference=softmax,
+    rungs=RUNGS,
+    peers=(
+        _peers.eager(lambda x, dim=-1: torch.softmax(x, dim)),
+        _peers.torch_compile(softmax),
+        _peers.optional_library("liger", "liger_kernel", _liger_softmax),
+    ),
+    make_case=make_case,
+    out_shape=lambda case: tuple(case.args[0].shape),
+    cost=cost,
+    tolerances={
+        # outputs in [0, 1], computed in fp32 then rounded once: 2 ulps of the output dtype, tiny atol for
+        # values that underflow
+        torch.float32: Tolerance(atol=1e-7, rtol=2e-5, norm=1e-5),
+        torch.float16: Tolerance(atol=1e-6, rtol=2**-10, norm=2**-11),
+        torch.bfloat16: Tolerance(atol=1e-6, rtol=2**-7, norm=2**-8),
+    },
+    sweep=sweep,
+    fuzz=fuzz,
+    parse_size=lambda s: parse_dims(s, what="sizes"),
+    format_size=format_dims,
+    flop_unit="vector",
+    baseline="torch",
+    choose=choose,
+)

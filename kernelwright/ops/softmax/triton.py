@@ -1,0 +1,248 @@
+"""softmax in Triton, four rungs over rows of a 2-D view [R, D] (R rows, D columns; softmax along D).
+
+Minimum traffic is one read and one write of the tensor (2 * R * D elements). The rungs differ in how close
+they come to it:
+
+* ``multipass``: five kernels (row max, subtract, exp, row sum, divide), fp32 intermediates in memory.
+* ``fused``: one program per row holds the whole row in registers: one read, one write; rows up to 32768.
+* ``online``: one program per row streams it in chunks twice: pass 1 keeps a running max and a rescaled sum
+  (Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018), pass 2 writes. Any width; the
+  second read hits L2 only while the rows in flight fit in it.
+* ``split``: a row is split over several programs, each holding its chunk in registers; the programs of one row
+  trade (max, sum) partials through global atomics and wait for each other. One read, one write, any width.
+  The grid is persistent and never larger than what the GPU holds at once, so every program of a row is
+  resident and the wait cannot deadlock. Under the CPU interpreter, which runs programs one after another, a
+  row is one chunk (no waiting).
+
+Every launcher takes ``x`` (any layout, softmax over ``dim``) and a contiguous ``out``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernelwright import runtime
+from kernelwright.ops._triton_helpers import to_output
+
+ONLINE_CHUNK = 4096
+SPLIT_CHUNK = 8192  # columns per program in the split rung: 32 fp32 registers a thread at 8 warps
+
+
+# --- layout helpers: every rung works on rows with unit column stride ------------------------------------------
+def _rows(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """[R, D] view (or packed copy) of ``x`` with the softmax dim last and unit column stride."""
+    xm = x.movedim(dim, -1)
+    if xm.stride(-1) != 1:
+        xm = xm.contiguous()
+    return xm.reshape(-1, xm.shape[-1])
+
+
+def _launch_rows(x: torch.Tensor, dim: int, out: torch.Tensor, launch) -> torch.Tensor:
+    """Run ``launch(x2, y2)`` on [R, D] rows and land the result in ``out`` (contiguous, ``x``'s shape)."""
+    if out.numel() == 0:
+        return out
+    dim = dim % x.dim()
+    x2 = _rows(x, dim)
+    if dim == x.dim() - 1:
+        launch(x2, out.view(-1, x.shape[-1]))
+    else:  # softmax over an inner dim: compute in the moved layout, then scatter back
+        tmp = torch.empty_like(x2)
+        launch(x2, tmp)
+        out.copy_(tmp.view(x.movedim(dim, -1).shape).movedim(-1, dim))
+    return out
+
+
+def _warps(block: int) -> int:
+    return 4 if block <= 1024 else 8 if block <= 4096 else 16 if block <= 16384 else 32
+
+
+# --- rung 1: multipass -----------------------------------------------------------------------------------------
+@triton.jit
+def _row_reduce_kernel(src_ptr, dst_ptr, n_cols, src_stride, IS_MAX: tl.constexpr, BLOCK: tl.constexpr):
+    # one program per row: dst[row] = max(src[row, :]) or sum(src[row, :])
+    row = tl.program_id(0).to(tl.int64)
+    acc = tl.full([BLOCK], float("-inf") if IS_MAX else 0.0, tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        v = tl.load(src_ptr + row * src_stride + cols, mask=cols < n_cols,
+                    other=float("-inf") if IS_MAX else 0.0).to(tl.float32)
+        acc = tl.maximum(acc, v) if IS_MAX else acc + v
+    tl.store(dst_ptr + row, tl.max(acc, 0) if IS_MAX else tl.sum(acc, 0))
+
+
+@triton.jit
+def _row_map_kernel(src_ptr, vec_ptr, dst_ptr, n_cols, src_stride, dst_stride, OP: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    # grid (rows, column blocks): OP 0: dst = src - vec[row]; 1: dst = exp(src); 2: dst = src / vec[row]
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(src_ptr + row * src_stride + cols, mask=mask).to(tl.float32)
+    if OP == 0:
+        v = v - tl.load(vec_ptr + row)
+    elif OP == 1:
+        v = tl.exp(v)
+    else:
+        v = v / tl.load(vec_ptr + row)
+    tl.store(dst_ptr + row * dst_stride + cols, to_output(v, dst_ptr.dtype.element_ty), mask=mask)
+
+
+def _multipass(x2: torch.Tensor, y2: torch.Tensor) -> None:
+    R, D = x2.shape
+    block = 1024
+    stat = torch.empty(R, dtype=torch.float32, device=x2.device)
+    tmp = torch.empty((R, D), dtype=torch.float32, device=x2.device)  # fp32 intermediates, as eager code would
+    grid2 = (R, triton.cdiv(D, block))
+    _row_reduce_kernel[(R,)](x2, stat, D, x2.stride(0), IS_MAX=True, BLOCK=block)          # read N
+    _row_map_kernel[grid2](x2, stat, tmp, D, x2.stride(0), D, OP=0, BLOCK=block)          # read N, write N
+    _row_map_kernel[grid2](tmp, stat, tmp, D, D, D, OP=1, BLOCK=block)                    # read N, write N
+    _row_reduce_kernel[(R,)](tmp, stat, D, D, IS_MAX=False, BLOCK=block)                  # read N
+    _row_map_kernel[grid2](tmp, stat, y2, D, D, y2.stride(0), OP=2, BLOCK=block)          # read N, write N
+
+
+def softmax_multipass(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
+    return _launch_rows(x, dim, out, _multipass)
+
+
+# --- rung 2: fused, one row per program in registers ---------------------------------------------------------------
+@triton.jit
+def _softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)  # read D
+    e = tl.exp(x - tl.max(x, 0))
+    y = e / tl.sum(e, 0)
+    tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)  # write D
+
+
+def _fused(x2: torch.Tensor, y2: torch.Tensor) -> None:
+    R, D = x2.shape
+    block = triton.next_power_of_2(D)
+    _softmax_fused_kernel[(R,)](x2, y2, D, x2.stride(0), y2.stride(0), BLOCK=block, num_warps=_warps(block))
+
+
+def softmax_fused(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
+    return _launch_rows(x, dim, out, _fused)
+
+
+# --- rung 3: online, two streaming passes per row ------------------------------------------------------------------
+@triton.jit
+def _softmax_online_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_stride
+    # pass 1: per-lane running max m and sum s of exp(x - m), rescaled when m grows; one reduction at the end
+    m = tl.full([BLOCK], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)  # read D
+        m_new = tl.maximum(m, x)
+        # lanes that have seen only -inf (masked tail) would compute (-inf) - (-inf) = NaN: shift them by 0
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - m_safe) + tl.exp(x - m_safe)
+        m = m_new
+    row_max = tl.max(m, 0)
+    row_sum = tl.sum(s * tl.exp(m - row_max), 0)  # lanes with m = -inf have s = 0 and weigh exp(-inf) = 0
+    inv = 1.0 / row_sum
+    # pass 2: normalize and write
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)  # read D again (L2 if lucky)
+        y = tl.exp(x - row_max) * inv
+        tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)  # write D
+
+
+def _online(x2: torch.Tensor, y2: torch.Tensor) -> None:
+    R, D = x2.shape
+    block = min(ONLINE_CHUNK, triton.next_power_of_2(D))
+    _softmax_online_kernel[(R,)](x2, y2, D, x2.stride(0), y2.stride(0), BLOCK=block, num_warps=_warps(block))
+
+
+def softmax_online(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
+    return _launch_rows(x, dim, out, _online)
+
+
+# --- rung 4: split rows over cooperating programs ------------------------------------------------------------------
+@triton.jit
+def _softmax_split_kernel(x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, x_stride, y_stride,
+                          N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr):
+    # part: [R, N_CHUNKS, 2] fp32 (chunk max, chunk sum of exp(x - chunk max)); count: [R] int32, zeroed
+    pid = tl.program_id(0)
+    chunk = pid % N_CHUNKS
+    groups = tl.num_programs(0) // N_CHUNKS  # rows processed at once; each group of N_CHUNKS programs, one row
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < n_cols
+    ks = tl.arange(0, CHUNKS_POW2)
+    for row in range(pid // N_CHUNKS, n_rows, groups):
+        row64 = tl.cast(row, tl.int64)
+        x = tl.load(x_ptr + row64 * x_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)  # read once
+        m = tl.max(x, 0)  # every chunk holds at least one column (N_CHUNKS = cdiv(D, CHUNK)): m is finite
+        e = tl.exp(x - m)
+        s = tl.sum(e, 0)
+        slot = part_ptr + (row64 * N_CHUNKS + chunk) * 2
+        tl.store(slot, m)
+        tl.store(slot + 1, s)
+        tl.atomic_add(count_ptr + row64, 1, sem="release")  # the partials above are visible before the count
+        while tl.atomic_add(count_ptr + row64, 0, sem="acquire") < N_CHUNKS:
+            pass
+        kmask = ks < N_CHUNKS
+        # volatile: read through L1 to L2, where the other programs' partials are
+        pm = tl.load(part_ptr + (row64 * N_CHUNKS + ks) * 2, mask=kmask, other=float("-inf"), volatile=True)
+        ps = tl.load(part_ptr + (row64 * N_CHUNKS + ks) * 2 + 1, mask=kmask, other=0.0, volatile=True)
+        row_max = tl.max(pm, 0)
+        row_sum = tl.sum(tl.where(kmask, ps * tl.exp(pm - row_max), 0.0), 0)
+        y = e * (tl.exp(m - row_max) / row_sum)
+        tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)  # write once
+
+
+SPLIT_WARPS = 8
+_split_resident: dict[tuple, int] = {}  # (device, dtypes, chunk, n_chunks) -> programs resident at once
+
+
+def _resident_programs(device_index: int, n_regs: int, shared: int, num_warps: int) -> int:
+    """How many programs of this kernel the GPU holds at once (the occupancy calculation)."""
+    props = torch.cuda.get_device_properties(device_index)
+    threads = 32 * num_warps
+    regs_per_warp = -(-max(n_regs, 1) * 32 // 256) * 256  # registers are allocated per warp, 256 at a time
+    by_regs = props.regs_per_multiprocessor // (regs_per_warp * num_warps) if n_regs else 32
+    by_threads = props.max_threads_per_multi_processor // threads
+    smem = getattr(props, "shared_memory_per_multiprocessor", 0)
+    by_smem = smem // shared if shared else 32
+    per_sm = max(0, min(by_regs, by_threads, by_smem, 32))
+    return per_sm * props.multi_processor_count
+
+
+def _split(x2: torch.Tensor, y2: torch.Tensor) -> None:
+    R, D = x2.shape
+    if runtime.interpreting():
+        # programs run one after another: a program waiting for a later one would wait forever
+        chunk = triton.next_power_of_2(D)
+    else:
+        chunk = min(SPLIT_CHUNK, triton.next_power_of_2(D))
+    n_chunks = triton.cdiv(D, chunk)
+    part = torch.empty((R, n_chunks, 2), dtype=torch.float32, device=x2.device)
+    count = torch.zeros(R, dtype=torch.int32, device=x2.device)
+    meta = dict(N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
+    if runtime.interpreting():
+        groups = R
+    else:
+        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks)
+        if key not in _split_resident:
+            kernel = _softmax_split_kernel.warmup(x2, y2, part, count, R, D, x2.stride(0), y2.stride(0), **meta,
+                                                  num_warps=SPLIT_WARPS, grid=(1,))
+            kernel._init_handles()
+            _split_resident[key] = _resident_programs(key[0], kernel.n_regs, kernel.metadata.shared, SPLIT_WARPS)
+        resident = _split_resident[key]
+        if resident < n_chunks:
+            raise RuntimeError(f"split: the GPU holds {resident} programs at once, a row needs {n_chunks}")
+        groups = min(R, resident // n_chunks)
+    _softmax_split_kernel[(groups * n_chunks,)](x2, y2, part, count, R, D, x2.stride(0), y2.stride(0), **meta,
+                                                num_warps=SPLIT_WARPS)
+
+
+def softmax_split(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
+    return _launch_rows(x, dim, out, _split)

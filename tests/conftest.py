@@ -1,0 +1,32 @@
+"""Tests run on CPU through Triton's interpreter unless KW_DEVICE=cuda (then `-m gpu` tests run too).
+
+The device must be settled before any Triton kernel is defined, so it is set here, before kernelwright loads.
+"""
+
+import os
+
+os.environ.setdefault("KW_DEVICE", "cpu")
+os.environ.setdefault("KW_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".kwcache"))
+
+import pytest  # noqa: E402
+
+import kernelwright  # noqa: E402, F401  (settles the device)
+from kernelwright import runtime  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if runtime.current_device() != "cuda":
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run with KW_DEVICE=cuda on a GPU machine)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def device():
+    return runtime.current_device()
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return str(tmp_path / "results.db")
