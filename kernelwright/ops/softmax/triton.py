@@ -208,10 +208,10 @@ def _resident_programs(device_index: int, n_regs: int, shared: int, num_warps: i
     props = torch.cuda.get_device_properties(device_index)
     threads = 32 * num_warps
     regs_per_warp = -(-max(n_regs, 1) * 32 // 256) * 256  # registers are allocated per warp, 256 at a time
-    by_regs = props.regs_per_multiprocessor // (regs_per_warp * num_warps) if n_regs else 32
-    by_threads = props.max_threads_per_multi_processor // threads
+    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // (regs_per_warp * num_warps)
+    by_threads = getattr(props, "max_threads_per_multi_processor", 2048) // threads
     smem = getattr(props, "shared_memory_per_multiprocessor", 0)
-    by_smem = smem // shared if shared else 32
+    by_smem = smem // shared if shared and smem else 32
     per_sm = max(0, min(by_regs, by_threads, by_smem, 32))
     return per_sm * props.multi_processor_count
 
