@@ -26,6 +26,11 @@ case "${1:-main}" in
     kw run -o "$OUT/report.html" "${@:2}" > "$OUT/run.log" 2>&1; echo "kw run rc=$?"
     cat "$OUT/run.log"
     ;;
+  split)
+    python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py > "$OUT/pytest_gpu.log" 2>&1; echo "pytest rc=$?"
+    tail -3 "$OUT/pytest_gpu.log"
+    python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee "$OUT/split_configs.txt" | tail -40
+    ;;
   timer)
     for i in 1 2 3; do kw bench softmax --dtypes bf16 --no-peers --json > "$OUT/repeat$i.json"; echo "repeat $i rc=$?"; done
     python3 benchmarks/repeat_agreement.py "$OUT"/repeat*.json | tee "$OUT/repeat_agreement.txt"

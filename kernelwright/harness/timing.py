@@ -11,8 +11,10 @@ The CUDA method follows nvbench's "cold" measurement and Triton's ``do_bench``:
 4. keep median, IQR, min and every raw sample.
 
 ``graph`` mode captures ``reps`` back-to-back calls into a CUDA graph and times each replay, for kernels too
-short (a few microseconds) for one event pair each: there the launch gap would be part of the number. Graph
-samples are warm-L2 by construction unless the callable rotates through input sets larger than the L2.
+short (a few microseconds) for one event pair each: there the launch gap would be part of the number. No flush
+fits between the calls of one replay, so the caller passes ``rotate``: the same call on several input sets
+whose bytes together exceed the L2 (the benchmark makes them), cycled through in the graph, so each call reads
+inputs the previous ones evicted. Without ``rotate`` graph samples are warm-L2, and the mode says so.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class Timing:
     min_ms: float
     samples_ms: list[float]
     mode: str
-    """``cuda-events`` (L2 flushed per sample), ``cuda-graph`` or ``cpu-interpreter`` (host clock)"""
+    """``cuda-events`` (L2 flushed per sample), ``cuda-graph`` (rotated input sets), ``cuda-graph-warm-l2``
+    or ``cpu-interpreter`` (host clock)"""
     warmup_calls: int = 0
     settled: bool = True
     """False when the spread never fell under the threshold before the time cap"""
@@ -93,8 +96,12 @@ class TimerConfig:
     graph_reps: int = 20
 
 
-def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device: str | None = None) -> Timing:
-    """Time ``fn()`` (which launches work and returns) on ``device`` (``cuda`` or ``cpu``)."""
+def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device: str | None = None,
+            rotate: list[Callable[[], object]] | None = None) -> Timing:
+    """Time ``fn()`` (which launches work and returns) on ``device`` (``cuda`` or ``cpu``).
+
+    ``rotate``: equivalent calls on other input sets, cycled through in graph mode (see the module docstring).
+    """
     from kernelwright.runtime import current_device
 
     config = config or TimerConfig()
@@ -105,7 +112,7 @@ def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device:
     warm = _warmup_cuda(fn, config)
     t = None
     if config.graph == "on" or (config.graph == "auto" and warm.median_ms * 1e3 < config.graph_below_us):
-        t = _time_cuda_graph(fn, config)
+        t = _time_cuda_graph(rotate or [fn], config)
     if t is None:
         t = _time_cuda_events(fn, config)
     t.warmup_calls = warm.warmup_calls
@@ -164,17 +171,18 @@ def _time_cuda_events(fn, config: TimerConfig) -> Timing:
     return Timing(med, iqr, mn, samples, "cuda-events", settled=settled)
 
 
-def _time_cuda_graph(fn, config: TimerConfig) -> Timing | None:
-    reps = config.graph_reps
+def _time_cuda_graph(fns: list, config: TimerConfig) -> Timing | None:
+    reps = len(fns) * -(-config.graph_reps // len(fns))  # whole cycles through the input sets
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     try:
         with torch.cuda.stream(stream):
-            fn()  # warm the side stream (allocator, lazy init) before capture
+            for f in fns:
+                f()  # warm the side stream (allocator, lazy init) before capture
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, stream=stream):
-                for _ in range(reps):
-                    fn()
+                for i in range(reps):
+                    fns[i % len(fns)]()
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
     except Exception:  # not capturable (host sync inside fn, ...): fall back to per-launch events
@@ -185,7 +193,8 @@ def _time_cuda_graph(fn, config: TimerConfig) -> Timing | None:
     scale = 1.0 / reps
     samples = [s * scale for s in timing.samples_ms]
     med, iqr, mn = summarize(samples)
-    return Timing(med, iqr, mn, samples, "cuda-graph", settled=timing.settled)
+    mode = "cuda-graph" if len(fns) > 1 else "cuda-graph-warm-l2"
+    return Timing(med, iqr, mn, samples, mode, settled=timing.settled)
 
 
 def _time_cpu(fn, config: TimerConfig) -> Timing:

@@ -19,7 +19,12 @@ def torch_compile(fn: Callable, name: str = "torch.compile") -> Peer:
         if runtime.current_device() != "cuda":
             raise Unavailable(f"{name}: compared on CUDA only (its CPU code is not a GPU kernel)")
         import torch
+        import torch._dynamo
 
+        # one static graph per shape and dtype; past the default limit of 8 dynamo silently runs eager code
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 1024)
+        torch._dynamo.config.accumulated_recompile_limit = max(
+            torch._dynamo.config.accumulated_recompile_limit, 4096)
         return torch.compile(fn, dynamic=False)
 
     return Peer(name, make, "torch.compile(mode=default) of the eager function")

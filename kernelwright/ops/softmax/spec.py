@@ -86,6 +86,10 @@ def sweep(device: str) -> list[tuple[int, ...]]:
     return [(64, 1024), (16, 8192), (4, 65536)]
 
 
+def _torch_softmax(x, dim=-1):
+    return torch.softmax(x, dim)
+
+
 def _liger_softmax():
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
 
@@ -109,8 +113,8 @@ FAMILY = Family(
     reference=softmax,
     rungs=RUNGS,
     peers=(
-        _peers.eager(lambda x, dim=-1: torch.softmax(x, dim)),
-        _peers.torch_compile(softmax),
+        _peers.eager(_torch_softmax),
+        _peers.torch_compile(_torch_softmax),
         _peers.optional_library("liger", "liger_kernel", _liger_softmax),
     ),
     make_case=make_case,

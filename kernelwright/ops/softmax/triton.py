@@ -177,26 +177,36 @@ def _softmax_split_kernel(x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, x_s
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     mask = cols < n_cols
     ks = tl.arange(0, CHUNKS_POW2)
-    for row in range(pid // N_CHUNKS, n_rows, groups):
+    kmask = ks < N_CHUNKS
+    first = pid // N_CHUNKS
+    # software pipelining by hand: the load of a program's next row is in flight while it waits for its partners
+    x_next = tl.load(x_ptr + tl.cast(first, tl.int64) * x_stride + cols, mask=mask & (first < n_rows),
+                     other=float("-inf"))
+    for row in range(first, n_rows, groups):
         row64 = tl.cast(row, tl.int64)
-        x = tl.load(x_ptr + row64 * x_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)  # read once
+        x = x_next.to(tl.float32)  # read once
+        nxt = row + groups
+        x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_stride + cols, mask=mask & (nxt < n_rows),
+                         other=float("-inf"))
         m = tl.max(x, 0)  # every chunk holds at least one column (N_CHUNKS = cdiv(D, CHUNK)): m is finite
         e = tl.exp(x - m)
         s = tl.sum(e, 0)
-        slot = part_ptr + (row64 * N_CHUNKS + chunk) * 2
-        tl.store(slot, m)
-        tl.store(slot + 1, s)
-        tl.atomic_add(count_ptr + row64, 1, sem="release")  # the partials above are visible before the count
-        while tl.atomic_add(count_ptr + row64, 0, sem="acquire") < N_CHUNKS:
-            pass
-        kmask = ks < N_CHUNKS
-        # volatile: read through L1 to L2, where the other programs' partials are
-        pm = tl.load(part_ptr + (row64 * N_CHUNKS + ks) * 2, mask=kmask, other=float("-inf"), volatile=True)
-        ps = tl.load(part_ptr + (row64 * N_CHUNKS + ks) * 2 + 1, mask=kmask, other=0.0, volatile=True)
-        row_max = tl.max(pm, 0)
-        row_sum = tl.sum(tl.where(kmask, ps * tl.exp(pm - row_max), 0.0), 0)
-        y = e * (tl.exp(m - row_max) / row_sum)
-        tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)  # write once
+        if N_CHUNKS == 1:
+            scale = 1.0 / s
+        else:
+            slot = part_ptr + (row64 * N_CHUNKS + chunk) * 2
+            tl.store(slot, m)
+            tl.store(slot + 1, s)
+            tl.atomic_add(count_ptr + row64, 1, sem="release")  # the partials above are visible before the count
+            while tl.atomic_add(count_ptr + row64, 0, sem="acquire") < N_CHUNKS:
+                pass
+            # volatile: read through L1 to L2, where the other programs' partials are
+            pm = tl.load(part_ptr + (row64 * N_CHUNKS + ks) * 2, mask=kmask, other=float("-inf"), volatile=True)
+            ps = tl.load(part_ptr + (row64 * N_CHUNKS + ks) * 2 + 1, mask=kmask, other=0.0, volatile=True)
+            row_max = tl.max(pm, 0)
+            row_sum = tl.sum(tl.where(kmask, ps * tl.exp(pm - row_max), 0.0), 0)
+            scale = tl.exp(m - row_max) / row_sum
+        tl.store(y_ptr + row64 * y_stride + cols, to_output(e * scale, y_ptr.dtype.element_ty), mask=mask)
 
 
 SPLIT_WARPS = 8
@@ -216,32 +226,33 @@ def _resident_programs(device_index: int, n_regs: int, shared: int, num_warps: i
     return per_sm * props.multi_processor_count
 
 
-def _split(x2: torch.Tensor, y2: torch.Tensor) -> None:
+def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_warps: int | None = None) -> None:
     R, D = x2.shape
+    warps = num_warps or SPLIT_WARPS
     if runtime.interpreting():
         # programs run one after another: a program waiting for a later one would wait forever
         chunk = triton.next_power_of_2(D)
     else:
-        chunk = min(SPLIT_CHUNK, triton.next_power_of_2(D))
+        chunk = min(chunk or SPLIT_CHUNK, triton.next_power_of_2(D))
     n_chunks = triton.cdiv(D, chunk)
     part = torch.empty((R, n_chunks, 2), dtype=torch.float32, device=x2.device)
-    count = torch.zeros(R, dtype=torch.int32, device=x2.device)
+    count = torch.zeros(R, dtype=torch.int32, device=x2.device) if n_chunks > 1 else part  # unused when 1 chunk
     meta = dict(N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
     if runtime.interpreting():
         groups = R
     else:
-        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks)
+        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps)
         if key not in _split_resident:
             kernel = _softmax_split_kernel.warmup(x2, y2, part, count, R, D, x2.stride(0), y2.stride(0), **meta,
-                                                  num_warps=SPLIT_WARPS, grid=(1,))
+                                                  num_warps=warps, grid=(1,))
             kernel._init_handles()
-            _split_resident[key] = _resident_programs(key[0], kernel.n_regs, kernel.metadata.shared, SPLIT_WARPS)
+            _split_resident[key] = _resident_programs(key[0], kernel.n_regs, kernel.metadata.shared, warps)
         resident = _split_resident[key]
         if resident < n_chunks:
             raise RuntimeError(f"split: the GPU holds {resident} programs at once, a row needs {n_chunks}")
         groups = min(R, resident // n_chunks)
     _softmax_split_kernel[(groups * n_chunks,)](x2, y2, part, count, R, D, x2.stride(0), y2.stride(0), **meta,
-                                                num_warps=SPLIT_WARPS)
+                                                num_warps=warps)
 
 
 def softmax_split(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:

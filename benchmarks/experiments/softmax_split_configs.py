@@ -1,0 +1,56 @@
+"""Experiment: columns per program (CHUNK) and warps for the split softmax rung, on the issue's four bf16 shapes.
+
+Checks each config against the float64 reference before timing it. GPU only:
+    KW_DEVICE=cuda python benchmarks/experiments/softmax_split_configs.py   # JSON to $OUT/split_configs.json
+"""
+
+import json
+import os
+
+import torch
+
+import kernelwright
+from kernelwright.harness.inputs import generator, poisoned_like
+from kernelwright.harness.timing import time_fn
+from kernelwright.harness.verify import compare, reference64
+from kernelwright.ops.softmax import triton as sm
+from kernelwright.registry import get_family
+
+assert kernelwright.runtime.current_device() == "cuda"
+fam = get_family("softmax")
+rows = []
+for size in fam.sweep("cuda"):
+    gen, _ = generator("cuda")
+    case = fam.make_case(size, torch.bfloat16, "cuda", gen)
+    ref = reference64(fam, case)
+    x2 = case.args[0]
+    nbytes = fam.cost(size, torch.bfloat16)[1]
+    for chunk in (2048, 4096, 8192, 16384):
+        for warps in (4, 8, 16):
+            if chunk // (32 * warps) < 4 or chunk // (32 * warps) > 64:
+                continue
+            out = poisoned_like(size, torch.bfloat16, "cuda")
+            try:
+                sm._split(x2, out, chunk=chunk, num_warps=warps)
+            except Exception as e:  # noqa: BLE001 - record and go on
+                rows.append({"size": size, "chunk": chunk, "warps": warps, "error": str(e)[:200]})
+                continue
+            ok = compare(out, ref, fam.tolerances[torch.bfloat16]).ok
+            t = time_fn(lambda c=chunk, w=warps, o=out, x=x2: sm._split(x, o, chunk=c, num_warps=w)) if ok else None
+            key = [k for k in sm._split_resident if k[3] == min(chunk, size[1]) and k[5] == warps]
+            rows.append({"size": size, "chunk": chunk, "warps": warps, "ok": ok,
+                         "resident": sm._split_resident.get(key[-1]) if key else None,
+                         "median_us": t.median_ms * 1e3 if t else None,
+                         "tbps": nbytes / (t.median_ms * 1e-3) / 1e12 if t else None})
+            r = rows[-1]
+            print(f"{'x'.join(map(str, size)):<12} chunk {chunk:>6} warps {warps:>2} ok {ok} resident "
+                  f"{r['resident']} {r['median_us'] or float('nan'):9.1f} us {r['tbps'] or 0:6.3f} TB/s", flush=True)
+    del case, ref
+with open(os.path.join(os.environ.get("OUT", "/tmp"), "split_configs.json"), "w") as fh:
+    json.dump(rows, fh, indent=2)
+best = {}
+for r in rows:
+    if r.get("tbps") and r["tbps"] > best.get(tuple(r["size"]), {}).get("tbps", 0):
+        best[tuple(r["size"])] = r
+for size, r in best.items():
+    print(f"best {'x'.join(map(str, size))}: chunk {r['chunk']} warps {r['warps']} {r['tbps']:.3f} TB/s")
