@@ -44,5 +44,5 @@ def test_graph_and_event_timers_agree_on_a_medium_kernel():
     y = torch.empty_like(x)
     ev = time_fn(lambda: y.copy_(x), TimerConfig(graph="off", flush_l2=False))
     gr = time_fn(lambda: y.copy_(x), TimerConfig(graph="on"))
-    assert gr.mode == "cuda-graph" and ev.mode == "cuda-events"
+    assert gr.mode == "cuda-graph-warm-l2" and ev.mode == "cuda-events"  # no rotated input sets given
     assert abs(gr.median_ms / ev.median_ms - 1) < 0.25, (gr.median_ms, ev.median_ms)

@@ -30,6 +30,7 @@ case "${1:-main}" in
     python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py > "$OUT/pytest_gpu.log" 2>&1; echo "pytest rc=$?"
     tail -3 "$OUT/pytest_gpu.log"
     python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee "$OUT/split_configs.txt" | tail -40
+    python3 benchmarks/nvbench_crosscheck.py > "$OUT/nvbench.log" 2>&1; tail -5 "$OUT/nvbench.log"
     ;;
   timer)
     for i in 1 2 3; do kw bench softmax --dtypes bf16 --no-peers --json > "$OUT/repeat$i.json"; echo "repeat $i rc=$?"; done

@@ -9,7 +9,7 @@ they come to it:
   (Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018), pass 2 writes. Any width; the
   second read hits L2 only while the rows in flight fit in it.
 * ``split``: a row is split over several programs, each holding its chunk in registers; the programs of one row
-  trade (max, sum) partials through global atomics and wait for each other. One read, one write, any width.
+  trade (max, sum) partials through one 64-bit atomic each and wait for each other. One read, one write, any width.
   The grid is persistent and never larger than what the GPU holds at once, so every program of a row is
   resident and the wait cannot deadlock. Under the CPU interpreter, which runs programs one after another, a
   row is one chunk (no waiting).
@@ -168,9 +168,11 @@ def softmax_online(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torc
 
 # --- rung 4: split rows over cooperating programs ------------------------------------------------------------------
 @triton.jit
-def _softmax_split_kernel(x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, x_stride, y_stride,
+def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_stride,
                           N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr):
-    # part: [R, N_CHUNKS, 2] fp32 (chunk max, chunk sum of exp(x - chunk max)); count: [R] int32, zeroed
+    # slot: [R, N_CHUNKS] int64, all -1 at launch; a chunk publishes (max, sum of exp(x - max)) packed into one
+    # 64-bit word, so a single relaxed atomic carries its whole message: no counter, no release fence (which
+    # would wait for this program's earlier stores of y to drain).
     pid = tl.program_id(0)
     chunk = pid % N_CHUNKS
     groups = tl.num_programs(0) // N_CHUNKS  # rows processed at once; each group of N_CHUNKS programs, one row
@@ -194,17 +196,18 @@ def _softmax_split_kernel(x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, x_s
         if N_CHUNKS == 1:
             scale = 1.0 / s
         else:
-            slot = part_ptr + (row64 * N_CHUNKS + chunk) * 2
-            tl.store(slot, m)
-            tl.store(slot + 1, s)
-            tl.atomic_add(count_ptr + row64, 1, sem="release")  # the partials above are visible before the count
-            while tl.atomic_add(count_ptr + row64, 0, sem="acquire") < N_CHUNKS:
-                pass
-            # volatile: read through L1 to L2, where the other programs' partials are
-            pm = tl.load(part_ptr + (row64 * N_CHUNKS + ks) * 2, mask=kmask, other=float("-inf"), volatile=True)
-            ps = tl.load(part_ptr + (row64 * N_CHUNKS + ks) * 2 + 1, mask=kmask, other=0.0, volatile=True)
+            # high word: bits of m (finite, so never the all-ones NaN of the -1 sentinel); low word: bits of s
+            word = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | s.to(tl.uint32, bitcast=True).to(tl.int64)
+            slots = slot_ptr + row64 * N_CHUNKS
+            tl.atomic_xchg(slots + chunk, word, sem="relaxed")
+            # volatile loads go to L2, where the atomics land; spin until every chunk of the row has published
+            w = tl.load(slots + ks, mask=kmask, other=0, volatile=True)
+            while tl.sum((w == -1).to(tl.int32), 0) > 0:
+                w = tl.load(slots + ks, mask=kmask, other=0, volatile=True)
+            pm = tl.where(kmask, (w >> 32).to(tl.int32).to(tl.float32, bitcast=True), float("-inf"))
+            ps = tl.where(kmask, (w & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
             row_max = tl.max(pm, 0)
-            row_sum = tl.sum(tl.where(kmask, ps * tl.exp(pm - row_max), 0.0), 0)
+            row_sum = tl.sum(ps * tl.exp(pm - row_max), 0)
             scale = tl.exp(m - row_max) / row_sum
         tl.store(y_ptr + row64 * y_stride + cols, to_output(e * scale, y_ptr.dtype.element_ty), mask=mask)
 
@@ -235,15 +238,14 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
     else:
         chunk = min(chunk or SPLIT_CHUNK, triton.next_power_of_2(D))
     n_chunks = triton.cdiv(D, chunk)
-    part = torch.empty((R, n_chunks, 2), dtype=torch.float32, device=x2.device)
-    count = torch.zeros(R, dtype=torch.int32, device=x2.device) if n_chunks > 1 else part  # unused when 1 chunk
+    slots = torch.full((R, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x2.device)
     meta = dict(N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
     if runtime.interpreting():
         groups = R
     else:
         key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps)
         if key not in _split_resident:
-            kernel = _softmax_split_kernel.warmup(x2, y2, part, count, R, D, x2.stride(0), y2.stride(0), **meta,
+            kernel = _softmax_split_kernel.warmup(x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta,
                                                   num_warps=warps, grid=(1,))
             kernel._init_handles()
             _split_resident[key] = _resident_programs(key[0], kernel.n_regs, kernel.metadata.shared, warps)
@@ -251,7 +253,7 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
         if resident < n_chunks:
             raise RuntimeError(f"split: the GPU holds {resident} programs at once, a row needs {n_chunks}")
         groups = min(R, resident // n_chunks)
-    _softmax_split_kernel[(groups * n_chunks,)](x2, y2, part, count, R, D, x2.stride(0), y2.stride(0), **meta,
+    _softmax_split_kernel[(groups * n_chunks,)](x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta,
                                                 num_warps=warps)
 
 
