@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One device call on the H200: install carried wheels, GPU tests, `kw check`, the main job (`kw run`), and
-# optionally the timer-quality runs. Everything lands under $OUT. Usage (from the repo root, on the device):
-#   bash benchmarks/h200/session.sh main     # tests + check + kw run + report
-#   bash benchmarks/h200/session.sh timer    # 3 repeated `kw bench softmax` + nvbench cross-check
+# The device calls on the H200, from the repo root there. Everything lands under $OUT (8 files at most come back).
+#   bash benchmarks/h200/session.sh split   # GPU tests + the split-softmax config sweep
+#   bash benchmarks/h200/session.sh final   # GPU tests, kw check, kw run (main job + report), 3 repeated
+#                                           # `kw bench softmax`, nvbench cross-check
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR="$OUT/cache"
+export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
 export KW_GIT_COMMIT=${KW_GIT_COMMIT:-unknown}
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -13,28 +13,27 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH="$PWD"
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
-  | tee "$OUT/gpu.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+LOG="$OUT/log.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$LOG"
+echo "commit $KW_GIT_COMMIT" | tee -a "$LOG"
 kw() { python3 -m kernelwright.cli "$@"; }
-case "${1:-main}" in
-  main)
-    python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_ladders.py tests/test_ops.py \
-      > "$OUT/pytest_gpu.log" 2>&1; echo "pytest rc=$?"; tail -5 "$OUT/pytest_gpu.log"
-    kw check --json > "$OUT/check.json"; echo "kw check rc=$?"
-    kw roofline
-    kw run -o "$OUT/report.html" "${@:2}" > "$OUT/run.log" 2>&1; echo "kw run rc=$?"
-    cat "$OUT/run.log"
-    ;;
+python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_ladders.py tests/test_ops.py >> "$LOG" 2>&1
+echo "pytest (GPU) rc=$?"; tail -3 "$LOG"
+case "${1:-final}" in
   split)
-    python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py > "$OUT/pytest_gpu.log" 2>&1; echo "pytest rc=$?"
-    tail -3 "$OUT/pytest_gpu.log"
-    python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee "$OUT/split_configs.txt" | tail -40
-    python3 benchmarks/nvbench_crosscheck.py > "$OUT/nvbench.log" 2>&1; tail -5 "$OUT/nvbench.log"
+    python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee -a "$LOG" | tail -40
     ;;
-  timer)
-    for i in 1 2 3; do kw bench softmax --dtypes bf16 --no-peers --json > "$OUT/repeat$i.json"; echo "repeat $i rc=$?"; done
-    python3 benchmarks/repeat_agreement.py "$OUT"/repeat*.json | tee "$OUT/repeat_agreement.txt"
-    python3 benchmarks/nvbench_crosscheck.py 2>&1 | tail -8
+  final)
+    kw check --json > "$OUT/check.json"; echo "kw check rc=$?" | tee -a "$LOG"
+    kw roofline 2>&1 | tee -a "$LOG"
+    kw run --json -o "$OUT/report.html" > "$OUT/run.json" 2>> "$LOG"; echo "kw run rc=$?" | tee -a "$LOG"
+    for i in 1 2 3; do
+      kw bench softmax --dtypes bf16 --no-peers --json > "/tmp/repeat$i.json"; echo "repeat $i rc=$?" | tee -a "$LOG"
+    done
+    python3 benchmarks/repeat_agreement.py /tmp/repeat*.json 2>&1 | tee -a "$LOG"
+    python3 benchmarks/nvbench_crosscheck.py >> "$LOG" 2>&1; tail -4 "$LOG"
+    python3 -m kernelwright.cli results | tee -a "$LOG"
+    python3 benchmarks/summary.py "$OUT/run.json" | tee -a "$LOG"
     ;;
 esac
