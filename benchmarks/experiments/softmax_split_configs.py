@@ -25,7 +25,7 @@ for size in fam.sweep("cuda"):
     ref = reference64(fam, case)
     x2 = case.args[0]
     nbytes = fam.cost(size, torch.bfloat16)[1]
-    for chunk in (4096, 8192, 16384):
+    for chunk in (4096, 8192, 16384, 32768):
         for warps in (4, 8, 16):
             if chunk // (32 * warps) < 4 or chunk // (32 * warps) > 64:
                 continue
