@@ -109,6 +109,8 @@ class Family:
     """the rung or peer that speedups are measured against (torch eager)"""
     choose: Callable[[tuple[int, ...], dict], list[str]] | None = None
     """rung names best-first for a case; default: the ladder from the top"""
+    scale_axis: tuple[str, Callable[[tuple[int, ...]], float]] | None = None
+    """(label, size -> x) for the report's scaling chart; default: minimum bytes moved"""
 
     def rung(self, name: str) -> Rung:
         for r in self.rungs:

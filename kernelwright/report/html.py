@@ -11,7 +11,7 @@ from collections import defaultdict
 from html import escape
 
 from kernelwright.registry import FAMILY_MODULES, get_family
-from kernelwright.report.svg import Axis, Series, chart
+from kernelwright.report.svg import PALETTE, Axis, Series, chart
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -79,11 +79,16 @@ def _family_section(name: str, rows: list[dict], ceil: dict) -> str:
         groups[(r["dtype"], r["size"])].append(r)
     keys = sorted(groups, key=lambda k: (k[0], groups[k][0]["numel"] or 0))
     headline = {}
-    for k in keys:  # the largest size per dtype opens; the others fold
-        headline[k[0]] = k
+    for k in keys:  # per dtype, the size where the most variants ran (then the largest) opens; the others fold
+        timed = sum(1 for r in groups[k] if r.get("median_ms"))
+        if k[0] not in headline or timed >= headline[k[0]][1]:
+            headline[k[0]] = (k, timed)
+    headline = {d: k for d, (k, _) in headline.items()}
+    names = list(dict.fromkeys([r["variant"] for r in rows]))
+    colors = {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
     out.append("<div class='charts'>")
-    out.append(_roofline_chart(name, [groups[k] for k in headline.values()], ceil))
-    out.append(_scaling_chart(name, rows))
+    out.append(_roofline_chart(name, [groups[k] for k in headline.values()], ceil, colors))
+    out.append(_scaling_chart(name, rows, colors))
     out.append("</div>")
     for k in keys:
         table = _ladder_table(groups[k], journal)
@@ -118,7 +123,7 @@ def _ladder_table(rows: list[dict], journal: dict[str, str]) -> str:
     return head + "".join(body) + "</table>"
 
 
-def _roofline_chart(name: str, groups: list[list[dict]], ceil: dict) -> str:
+def _roofline_chart(name: str, groups: list[list[dict]], ceil: dict, colors: dict[str, str]) -> str:
     series = []
     by_variant: dict[str, Series] = {}
     for rows in groups:
@@ -126,7 +131,7 @@ def _roofline_chart(name: str, groups: list[list[dict]], ceil: dict) -> str:
             if not r.get("median_ms") or not r.get("bytes") or not r.get("flops"):
                 continue
             ai = r["flops"] / r["bytes"]
-            s = by_variant.setdefault(r["variant"], Series(r["variant"], [], line=False))
+            s = by_variant.setdefault(r["variant"], Series(r["variant"], [], line=False, color=colors.get(r["variant"])))
             s.points.append((ai, r["tflops"] * 1e12))
             s.labels.append(f"{r['variant']} {r['dtype']} {r['size']}: {r['tflops']:.3g} TFLOP/s, "
                             f"{r['pct_roofline']:.0f}% of roofline")
@@ -143,19 +148,28 @@ def _roofline_chart(name: str, groups: list[list[dict]], ceil: dict) -> str:
             knee = peak / bw
             pts = [(lo, bw * lo)] + ([(knee, peak)] if lo < knee < hi else []) + [(hi, min(peak, bw * hi))]
             series.append(Series(f"ceiling: {label}", pts, dashed=True, color="#999" if key == "fp32" else "#555"))
-    return chart(f"{name}: roofline (largest size per dtype)", series,
+    return chart(f"{name}: roofline (one size per dtype: the table opened below)", series,
                  Axis("arithmetic intensity (FLOP / byte)"), Axis("achieved FLOP/s"))
 
 
-def _scaling_chart(name: str, rows: list[dict]) -> str:
+def _scaling_chart(name: str, rows: list[dict], colors: dict[str, str]) -> str:
+    from kernelwright.harness.sizes import parse_dims
+
+    label, x_of = "minimum bytes moved", None
+    try:
+        fam = get_family(name)
+        if fam.scale_axis:
+            label, x_of = fam.scale_axis
+    except Exception:
+        pass
     dtypes = sorted({r["dtype"] for r in rows if r.get("median_ms")})
     pick = "bf16" if "bf16" in dtypes else (dtypes[0] if dtypes else None)
     by_variant: dict[str, Series] = {}
-    for r in sorted(rows, key=lambda r: r["numel"] or 0):
-        if r["dtype"] != pick or not r.get("median_ms"):
-            continue
-        s = by_variant.setdefault(r["variant"], Series(r["variant"], []))
-        s.points.append((r["bytes"], r["tbps"]))
+    timed = [r for r in rows if r["dtype"] == pick and r.get("median_ms")]
+    xs = {id(r): (x_of(parse_dims(r["size"])) if x_of else r["bytes"]) for r in timed}
+    for r in sorted(timed, key=lambda r: xs[id(r)]):
+        s = by_variant.setdefault(r["variant"], Series(r["variant"], [], color=colors.get(r["variant"])))
+        s.points.append((xs[id(r)], r["tbps"]))
         s.labels.append(f"{r['variant']} {r['size']}: {r['tbps']:.3f} TB/s, {r['median_ms'] * 1e3:.1f} µs")
     return chart(f"{name}: size scaling ({pick})", list(by_variant.values()),
-                 Axis("minimum bytes moved"), Axis("achieved TB/s", log=False))
+                 Axis(label), Axis("achieved TB/s", log=False))

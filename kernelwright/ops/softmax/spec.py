@@ -134,4 +134,5 @@ FAMILY = Family(
     flop_unit="vector",
     baseline="torch",
     choose=choose,
+    scale_axis=("row width (columns)", lambda size: float(size[-1])),  # the default sweep keeps R x D fixed
 )
