@@ -131,7 +131,8 @@ def _roofline_chart(name: str, groups: list[list[dict]], ceil: dict, colors: dic
             if not r.get("median_ms") or not r.get("bytes") or not r.get("flops"):
                 continue
             ai = r["flops"] / r["bytes"]
-            s = by_variant.setdefault(r["variant"], Series(r["variant"], [], line=False, color=colors.get(r["variant"])))
+            v = r["variant"]
+            s = by_variant.setdefault(v, Series(v, [], line=False, color=colors.get(v)))
             s.points.append((ai, r["tflops"] * 1e12))
             s.labels.append(f"{r['variant']} {r['dtype']} {r['size']}: {r['tflops']:.3g} TFLOP/s, "
                             f"{r['pct_roofline']:.0f}% of roofline")
