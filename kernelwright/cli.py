@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("roofline", parents=[common], help="measure (or show cached) device ceilings")
     r.add_argument("--remeasure", action="store_true", help="measure again even if cached")
 
-    sub.add_parser("results", parents=[common], help="list stored runs")
+    res = sub.add_parser("results", parents=[common], help="list stored runs, or the rows of one run")
+    res.add_argument("run", type=int, nargs="?", default=None, help="show this run's rows")
 
     cmp_ = sub.add_parser("compare", parents=[common], help="compare two runs: faster, slower, same, ambiguous")
     cmp_.add_argument("run_a", type=int)
@@ -300,6 +301,13 @@ def cmd_roofline(args) -> int:
 
 def cmd_results(args) -> int:
     store = _store(args)
+    if args.run is not None:
+        run, rows = store.run(args.run), store.rows(args.run)
+        if args.json:
+            _emit_json({"run": run, "rows": rows})
+        else:
+            _print_rows(rows, args.run, run["device_kind"])
+        return EXIT_OK
     runs = store.runs()
     if args.json:
         _emit_json(runs)

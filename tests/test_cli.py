@@ -75,6 +75,10 @@ def test_bench_results_compare_report(capsys, db_path, tmp_path):
     code, out, _ = run(capsys, "results", "--db", db_path, "--json")
     assert code == 0 and [r["id"] for r in json.loads(out)][:2] == [second["run_id"], first["run_id"]]
 
+    code, out, _ = run(capsys, "results", str(first["run_id"]), "--db", db_path, "--json")
+    assert code == 0 and len(json.loads(out)["rows"]) == len(rows)
+    assert run(capsys, "results", "999", "--db", db_path)[0] == 2
+
     code, out, _ = run(capsys, "compare", str(first["run_id"]), str(second["run_id"]), "--db", db_path, "--json")
     assert code == 0
     verdicts = json.loads(out)
