@@ -3,6 +3,7 @@
 #   bash benchmarks/h200/session.sh split   # GPU tests + the split-softmax config sweep
 #   bash benchmarks/h200/session.sh final   # GPU tests, kw check, kw run (main job + report), 3 repeated
 #                                           # `kw bench softmax`, nvbench cross-check
+#   bash benchmarks/h200/session.sh all     # both
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -21,10 +22,10 @@ kw() { python3 -m kernelwright.cli "$@"; }
 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_ladders.py tests/test_ops.py >> "$LOG" 2>&1
 echo "pytest (GPU) rc=$?"; tail -3 "$LOG"
 case "${1:-final}" in
-  split)
-    python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee -a "$LOG" | tail -40
-    ;;
-  final)
+  split|all)
+    python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee -a "$LOG" | tail -45
+    ;;&
+  final|all)
     kw check --json > "$OUT/check.json"; echo "kw check rc=$?" | tee -a "$LOG"
     kw roofline 2>&1 | tee -a "$LOG"
     kw run --json -o "$OUT/report.html" > "$OUT/run.json" 2>> "$LOG"; echo "kw run rc=$?" | tee -a "$LOG"
@@ -32,7 +33,8 @@ case "${1:-final}" in
       kw bench softmax --dtypes bf16 --no-peers --json > "/tmp/repeat$i.json"; echo "repeat $i rc=$?" | tee -a "$LOG"
     done
     python3 benchmarks/repeat_agreement.py /tmp/repeat*.json 2>&1 | tee -a "$LOG"
-    python3 benchmarks/nvbench_crosscheck.py >> "$LOG" 2>&1; tail -4 "$LOG"
+    mkdir -p /tmp/nv; OUT=/tmp/nv python3 benchmarks/nvbench_crosscheck.py >> "$LOG" 2>&1; tail -4 "$LOG"
+    cp /tmp/nv/nvbench.json /tmp/nv/timer_crosscheck.json "$OUT/"
     python3 -m kernelwright.cli results | tee -a "$LOG"
     python3 benchmarks/summary.py "$OUT/run.json" | tee -a "$LOG"
     ;;

@@ -27,7 +27,7 @@ from kernelwright import runtime
 from kernelwright.ops._triton_helpers import to_output
 
 ONLINE_CHUNK = 4096
-SPLIT_CHUNK = 8192  # columns per program in the split rung: 32 fp32 registers a thread at 8 warps
+SPLIT_CHUNK = 8192  # columns per program in the split rung (16384 from 64k columns): see _split_config
 
 
 # --- layout helpers: every rung works on rows with unit column stride ------------------------------------------
@@ -229,14 +229,22 @@ def _resident_programs(device_index: int, n_regs: int, shared: int, num_warps: i
     return per_sm * props.multi_processor_count
 
 
+def _split_config(n_cols: int) -> tuple[int, int]:
+    """(columns per program, warps). From the H200 sweep of 2026-12-02 (benchmarks/results/h200/*split_configs*):
+    8 warps throughout; 16384-column chunks won at 64k and 256k columns, 8192-16384 tied below."""
+    return (2 * SPLIT_CHUNK if n_cols >= 65536 else SPLIT_CHUNK), SPLIT_WARPS
+
+
 def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_warps: int | None = None) -> None:
     R, D = x2.shape
-    warps = num_warps or SPLIT_WARPS
+    default_chunk, default_warps = _split_config(D)
+    warps = num_warps or default_warps
+    chunk = chunk or default_chunk
     if runtime.interpreting():
         # programs run one after another: a program waiting for a later one would wait forever
         chunk = triton.next_power_of_2(D)
     else:
-        chunk = min(chunk or SPLIT_CHUNK, triton.next_power_of_2(D))
+        chunk = min(chunk, triton.next_power_of_2(D))
     n_chunks = triton.cdiv(D, chunk)
     slots = torch.full((R, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x2.device)
     meta = dict(N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
