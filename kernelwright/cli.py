@@ -90,9 +90,12 @@ def _term_width() -> int:
 def _dtypes(text: str | None, family) -> list:
     from kernelwright.harness.inputs import parse_dtype
 
-    if not text:
+    if text is None:
         return list(family.dtypes)
-    return [parse_dtype(t.strip()) for t in text.split(",") if t.strip()]
+    dtypes = [parse_dtype(t.strip()) for t in text.split(",") if t.strip()]
+    if not dtypes:
+        raise UsageError("dtypes: expected a comma list such as fp32,bf16, got nothing")
+    return dtypes
 
 
 def _sizes(text: str | None, family, device: str) -> list[tuple[int, ...]]:
@@ -114,6 +117,11 @@ def _sizes(text: str | None, family, device: str) -> list[tuple[int, ...]]:
                 v *= 2
         else:
             out.append(family.parse_size(item))
+    for size in out:
+        if 0 in size:
+            raise UsageError(f"sizes: {family.format_size(size)} has no elements: nothing to time")
+    if not out:
+        raise UsageError("sizes: expected at least one size")
     return out
 
 
@@ -219,6 +227,12 @@ def _bench(args, families: list[str], store, command: str) -> tuple[int, list[di
 
     device = current_device()
     fams = resolve_families(families)
+    if args.variant:
+        known = {n for f in fams for n in [r.name for r in f.rungs] + [p.name for p in f.peers]}
+        unknown = [v for v in args.variant if v not in known]
+        if unknown:
+            raise UsageError(f"variant: {', '.join(unknown)} is not a rung or peer of "
+                             f"{', '.join(f.name for f in fams)}; known: {', '.join(sorted(known))}")
     plan = [(f, _sizes(args.sizes, f, device), _dtypes(args.dtypes, f)) for f in fams]
     ceilings = get_ceilings()
     prov = provenance()

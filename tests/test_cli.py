@@ -42,6 +42,20 @@ def test_bad_dtype_and_size(capsys):
     assert code == 2 and "sizes" in err
 
 
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--sizes", "0x5"), "has no elements"),
+        (("--dtypes", ","), "dtypes: expected a comma list"),
+        (("--variant", "warp_specialized"), "variant: warp_specialized is not a rung or peer"),
+        (("--sizes", "4..2"), "must go from a positive count up"),
+    ],
+)
+def test_bench_rejects_bad_arguments(capsys, db_path, extra, needle):
+    code, _, err = run(capsys, "bench", "softmax", "--db", db_path, *extra)
+    assert code == 2 and needle in err
+
+
 def test_unwritable_db_fails_before_work(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "_bench", lambda *a, **k: pytest.fail("work started"))
     code, _, err = run(capsys, "bench", "vector_add", "--db", str(tmp_path / "nope" / "r.db"))
