@@ -22,8 +22,11 @@ def _word(m: torch.Tensor, s: torch.Tensor) -> int:
     return (mb << 32) | sb
 
 
-@pytest.mark.parametrize(("rows", "cols", "chunk"), [(3, 300, 128), (2, 257, 64), (4, 64, 32)])
-def test_split_kernel_combines_chunks(rows, cols, chunk):
+@pytest.mark.parametrize("groups", [None, 1, 2], ids=["row-per-group", "one-group", "two-groups"])
+@pytest.mark.parametrize(("rows", "cols", "chunk"), [(3, 300, 128), (2, 257, 64), (5, 64, 32), (4, 300, 512)])
+def test_split_kernel_combines_chunks(rows, cols, chunk, groups):
+    # groups < rows: each program walks several rows, carrying the next row's partials and prefetch
+    groups = min(groups or rows, rows)
     x = torch.randn(rows, cols) * 3
     n_chunks = -(-cols // chunk)
     slots = torch.empty(rows, n_chunks, dtype=torch.int64)
@@ -33,7 +36,7 @@ def test_split_kernel_combines_chunks(rows, cols, chunk):
             m = seg.max()
             slots[r, c] = _word(m, torch.exp(seg - m).sum())
     y = torch.full_like(x, float("nan"))
-    sm._softmax_split_kernel[(rows * n_chunks,)](
+    sm._softmax_split_kernel[(groups * n_chunks,)](
         x, y, slots, rows, cols, x.stride(0), y.stride(0),
         N_CHUNKS=n_chunks, CHUNKS_POW2=1 << (n_chunks - 1).bit_length(), CHUNK=chunk)
     torch.testing.assert_close(y, torch.softmax(x.double(), -1).float(), rtol=2e-5, atol=1e-7)
