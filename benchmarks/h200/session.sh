@@ -34,7 +34,7 @@ case "${1:-final}" in
     done
     python3 benchmarks/repeat_agreement.py /tmp/repeat*.json 2>&1 | tee -a "$LOG"
     mkdir -p /tmp/nv; OUT=/tmp/nv python3 benchmarks/nvbench_crosscheck.py >> "$LOG" 2>&1; tail -4 "$LOG"
-    cp /tmp/nv/nvbench.json /tmp/nv/timer_crosscheck.json "$OUT/"
+    cp /tmp/nv/timer_crosscheck.json "$OUT/"
     python3 -m kernelwright.cli results | tee -a "$LOG"
     python3 -m kernelwright.cli results 2 > "$OUT/bench_table.txt"  # a repeat run's rows, as `kw bench` prints them
     python3 benchmarks/summary.py "$OUT/run.json" | tee -a "$LOG"
