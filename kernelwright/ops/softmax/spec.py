@@ -46,9 +46,11 @@ RUNGS = (
     ),
     Rung(
         "split", "triton", f"{_T}:softmax_split",
-        "Wide rows split over cooperating programs, 8192 columns each held in registers; they swap (max, sum) "
-        "partials through global atomics on a persistent, fully resident grid. One read, one write at any "
-        "width. Predicted: >= 85% of the copy ceiling at 64k and 256k columns, where online pays a second read.",
+        "Wide rows split over cooperating programs, 8-16k columns each held in registers. Each program publishes "
+        "its chunk's (max, sum) as one packed 64-bit relaxed atomic, one row ahead of waiting for its partners', "
+        "and prefetches the row after; the persistent grid is sized by an occupancy calculation so every partner "
+        "is resident. One read, one write at any width. Predicted: >= 85% of the copy ceiling at 64k and 256k "
+        "columns, where online pays a second read.",
     ),
 )
 
