@@ -19,16 +19,18 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$LOG"
 echo "commit $KW_GIT_COMMIT" | tee -a "$LOG"
 kw() { python3 -m kernelwright.cli "$@"; }
-python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_ladders.py tests/test_ops.py >> "$LOG" 2>&1
+# step timeouts: a kernel that hangs (a cross-program wait gone wrong) costs minutes, not the whole call
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_ladders.py tests/test_ops.py >> "$LOG" 2>&1
 echo "pytest (GPU) rc=$?"; tail -3 "$LOG"
 case "${1:-final}" in
   split|all)
-    python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee -a "$LOG" | tail -45
+    timeout 150 python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee -a "$LOG" | tail -45
     ;;&
   final|all)
     kw check --json > "$OUT/check.json"; echo "kw check rc=$?" | tee -a "$LOG"
     kw roofline 2>&1 | tee -a "$LOG"
-    kw run --json -o "$OUT/report.html" > "$OUT/run.json" 2>> "$LOG"; echo "kw run rc=$?" | tee -a "$LOG"
+    timeout 240 python3 -m kernelwright.cli run --json -o "$OUT/report.html" > "$OUT/run.json" 2>> "$LOG"
+    echo "kw run rc=$?" | tee -a "$LOG"
     for i in 1 2 3; do
       kw bench softmax --dtypes bf16 --no-peers --json > "/tmp/repeat$i.json"; echo "repeat $i rc=$?" | tee -a "$LOG"
     done
