@@ -50,10 +50,27 @@ def select_device(device: str | None = None) -> str:
         )
     if want == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+        _check_triton_not_compiled_mode()
     elif os.environ.get("TRITON_INTERPRET") == "1":
         raise UsageError("device: TRITON_INTERPRET=1 is set in the environment, which forces CPU; unset it")
     _selected = want
     return want
+
+
+def _check_triton_not_compiled_mode() -> None:
+    """Triton's own library functions (tl.max, ...) are decorated when triton is imported: imported before
+    TRITON_INTERPRET=1 was set, they cannot run in the interpreter, and every kernel would fail."""
+    import sys
+
+    if "triton.language" not in sys.modules:
+        return
+    import triton.language as tl
+
+    if type(tl.max).__name__ == "JITFunction":
+        raise UsageError(
+            "device: triton was imported before the CPU interpreter was selected; import kernelwright before "
+            "triton, or set TRITON_INTERPRET=1 (or KW_DEVICE=cpu) in the environment before starting Python"
+        )
 
 
 def current_device() -> str:

@@ -103,3 +103,15 @@ def test_device_selection_errors():
         with pytest.raises(UsageError, match="no CUDA GPU"):
             runtime.select_device("cuda")
     assert kernelwright.runtime.current_device() in ("cpu", "cuda")
+
+
+def test_triton_imported_before_the_interpreter_is_a_clear_error():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["KW_DEVICE"] = "cpu"
+    code = "import triton.language; import kernelwright"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0 and "import kernelwright before triton" in r.stderr

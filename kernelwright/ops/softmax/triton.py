@@ -168,72 +168,48 @@ def softmax_online(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torc
 
 # --- rung 4: split rows over cooperating programs ------------------------------------------------------------------
 @triton.jit
-def _split_publish(slot_ptr, row64, chunk, m, s, ok, N_CHUNKS: tl.constexpr):
-    # high word: bits of m (finite, so never the all-ones NaN of the -1 sentinel); low word: bits of s
-    word = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | s.to(tl.uint32, bitcast=True).to(tl.int64)
-    tl.atomic_xchg(slot_ptr + row64 * N_CHUNKS + chunk, word, sem="relaxed", mask=ok)
-
-
-@triton.jit
-def _split_combine(slot_ptr, row64, N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr):
-    """Wait until every chunk of the row has published; return the row's (max, sum of exp(x - max))."""
-    ks = tl.arange(0, CHUNKS_POW2)
-    kmask = ks < N_CHUNKS
-    slots = slot_ptr + row64 * N_CHUNKS + ks
-    # volatile loads go to L2, where the atomics land
-    w = tl.load(slots, mask=kmask, other=0, volatile=True)
-    while tl.sum((w == -1).to(tl.int32), 0) > 0:
-        w = tl.load(slots, mask=kmask, other=0, volatile=True)
-    pm = tl.where(kmask, (w >> 32).to(tl.int32).to(tl.float32, bitcast=True), float("-inf"))
-    ps = tl.where(kmask, (w & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
-    row_max = tl.max(pm, 0)
-    return row_max, tl.sum(ps * tl.exp(pm - row_max), 0)
-
-
-@triton.jit
 def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_stride,
                           N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr):
     # slot: [R, N_CHUNKS] int64, all -1 at launch; a chunk publishes (max, sum of exp(x - max)) packed into one
     # 64-bit word, so a single relaxed atomic carries its whole message: no counter, no release fence (which
     # would wait for this program's earlier stores of y to drain).
-    # Pipeline, per program: publish the partials of the *next* row before waiting for this row's partners, and
-    # keep the load of the row after that in flight. Partners publish a row one iteration before anyone waits
-    # for it, so the wait is mostly already over when it starts.
     pid = tl.program_id(0)
     chunk = pid % N_CHUNKS
     groups = tl.num_programs(0) // N_CHUNKS  # rows processed at once; each group of N_CHUNKS programs, one row
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     mask = cols < n_cols
-    first = pid // N_CHUNKS  # < n_rows: the launcher makes at most R groups
-    x = tl.load(x_ptr + tl.cast(first, tl.int64) * x_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)
-    m = tl.max(x, 0)  # every chunk holds at least one column (N_CHUNKS = cdiv(D, CHUNK)): m is finite
-    e = tl.exp(x - m)
-    s = tl.sum(e, 0)
-    if N_CHUNKS > 1:
-        _split_publish(slot_ptr, tl.cast(first, tl.int64), chunk, m, s, first < n_rows, N_CHUNKS)
-    nxt0 = first + groups
-    x_next = tl.load(x_ptr + tl.cast(nxt0, tl.int64) * x_stride + cols, mask=mask & (nxt0 < n_rows),
+    ks = tl.arange(0, CHUNKS_POW2)
+    kmask = ks < N_CHUNKS
+    first = pid // N_CHUNKS
+    # software pipelining by hand: the load of a program's next row is in flight while it waits for its partners
+    x_next = tl.load(x_ptr + tl.cast(first, tl.int64) * x_stride + cols, mask=mask & (first < n_rows),
                      other=float("-inf"))
     for row in range(first, n_rows, groups):
         row64 = tl.cast(row, tl.int64)
+        x = x_next.to(tl.float32)  # read once
         nxt = row + groups
-        has_next = nxt < n_rows
-        xn = x_next.to(tl.float32)
-        after = nxt + groups
-        x_next = tl.load(x_ptr + tl.cast(after, tl.int64) * x_stride + cols, mask=mask & (after < n_rows),
+        x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_stride + cols, mask=mask & (nxt < n_rows),
                          other=float("-inf"))
-        m_n = tl.max(xn, 0)
-        m_n = tl.where(has_next, m_n, 0.0)  # past the last row xn is all -inf: keep the arithmetic finite
-        e_n = tl.exp(xn - m_n)
-        s_n = tl.sum(e_n, 0)
+        m = tl.max(x, 0)  # every chunk holds at least one column (N_CHUNKS = cdiv(D, CHUNK)): m is finite
+        e = tl.exp(x - m)
+        s = tl.sum(e, 0)
         if N_CHUNKS == 1:
             scale = 1.0 / s
         else:
-            _split_publish(slot_ptr, tl.cast(nxt, tl.int64), chunk, m_n, s_n, has_next, N_CHUNKS)
-            row_max, row_sum = _split_combine(slot_ptr, row64, N_CHUNKS, CHUNKS_POW2)
+            # high word: bits of m (finite, so never the all-ones NaN of the -1 sentinel); low word: bits of s
+            word = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | s.to(tl.uint32, bitcast=True).to(tl.int64)
+            slots = slot_ptr + row64 * N_CHUNKS
+            tl.atomic_xchg(slots + chunk, word, sem="relaxed")
+            # volatile loads go to L2, where the atomics land; spin until every chunk of the row has published
+            w = tl.load(slots + ks, mask=kmask, other=0, volatile=True)
+            while tl.sum((w == -1).to(tl.int32), 0) > 0:
+                w = tl.load(slots + ks, mask=kmask, other=0, volatile=True)
+            pm = tl.where(kmask, (w >> 32).to(tl.int32).to(tl.float32, bitcast=True), float("-inf"))
+            ps = tl.where(kmask, (w & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True), 0.0)
+            row_max = tl.max(pm, 0)
+            row_sum = tl.sum(ps * tl.exp(pm - row_max), 0)
             scale = tl.exp(m - row_max) / row_sum
         tl.store(y_ptr + row64 * y_stride + cols, to_output(e * scale, y_ptr.dtype.element_ty), mask=mask)
-        m, e, s = m_n, e_n, s_n
 
 
 SPLIT_WARPS = 8
@@ -263,7 +239,10 @@ def _split_config(n_cols: int) -> tuple[int, int]:
     return SPLIT_CHUNK, SPLIT_WARPS
 
 
-def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_warps: int | None = None) -> None:
+def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_warps: int | None = None,
+           kernel=None) -> None:
+    """Launch the split kernel (``kernel``: another with the same signature, for experiments)."""
+    kernel = kernel or _softmax_split_kernel
     R, D = x2.shape
     default_chunk, default_warps = _split_config(D)
     warps = num_warps or default_warps
@@ -279,18 +258,17 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
     if runtime.interpreting():
         groups = R
     else:
-        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps)
+        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps, kernel)
         if key not in _split_resident:
-            kernel = _softmax_split_kernel.warmup(x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta,
-                                                  num_warps=warps, grid=(1,))
-            kernel._init_handles()
-            _split_resident[key] = _resident_programs(key[0], kernel.n_regs, kernel.metadata.shared, warps)
+            compiled = kernel.warmup(x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta, num_warps=warps,
+                                     grid=(1,))
+            compiled._init_handles()
+            _split_resident[key] = _resident_programs(key[0], compiled.n_regs, compiled.metadata.shared, warps)
         resident = _split_resident[key]
         if resident < n_chunks:
             raise RuntimeError(f"split: the GPU holds {resident} programs at once, a row needs {n_chunks}")
         groups = min(R, resident // n_chunks)
-    _softmax_split_kernel[(groups * n_chunks,)](x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta,
-                                                num_warps=warps)
+    kernel[(groups * n_chunks,)](x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta, num_warps=warps)
 
 
 def softmax_split(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
