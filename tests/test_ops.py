@@ -115,3 +115,18 @@ def test_triton_imported_before_the_interpreter_is_a_clear_error():
     code = "import triton.language; import kernelwright"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode != 0 and "import kernelwright before triton" in r.stderr
+
+
+def test_python_verify_and_bench(tmp_path):
+    results = kernelwright.verify("vector_add", variants=["triton"], dtypes=["bf16"])
+    assert results and all(r.ok for r in results)
+    from kernelwright.harness.timing import TimerConfig
+
+    db = str(tmp_path / "r.db")
+    rows = kernelwright.bench("softmax", sizes=[(8, 100)], dtypes=[torch.float32], variants=["fused"], db=db,
+                              timer=TimerConfig(max_seconds=0.05))
+    assert {r["variant"] for r in rows} >= {"torch", "fused"}
+    from kernelwright.store.db import Store
+
+    s = Store(db)
+    assert s.runs()[0]["status"] == "finished" and len(s.rows(s.runs()[0]["id"])) == len(rows)
