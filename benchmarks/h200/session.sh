@@ -42,7 +42,6 @@ case "${1:-final}" in
     mkdir -p /tmp/nv; OUT=/tmp/nv python3 benchmarks/nvbench_crosscheck.py >> "$LOG" 2>&1; tail -4 "$LOG"
     cp /tmp/nv/timer_crosscheck.json "$OUT/"
     python3 -m kernelwright.cli results | tee -a "$LOG"
-    python3 -m kernelwright.cli results 2 > "$OUT/bench_table.txt"  # a repeat run's rows, as `kw bench` prints them
     python3 benchmarks/summary.py "$OUT/run.json" | tee -a "$LOG"
     ;;
 esac
