@@ -1,0 +1,1 @@
+"""Ways to build kernels other than Triton's JIT: CUDA C through NVRTC (nvrtc.py)."""
