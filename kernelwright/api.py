@@ -67,11 +67,15 @@ def bench(family, sizes: list[tuple[int, ...]] | None = None, dtypes=None, varia
         One row per (size, dtype, variant): median/IQR/min ms, TB/s, TFLOP/s, % of roofline, speedups, notes.
     """
     from kernelwright import runtime
+    from kernelwright.errors import UsageError
     from kernelwright.harness.bench import bench_family
     from kernelwright.harness.provenance import provenance
     from kernelwright.harness.roofline import get_ceilings
 
     fam = _family(family)
+    for size in sizes or []:
+        if not size or 0 in size:
+            raise UsageError(f"sizes: {size!r} has no elements: nothing to time")
     ceilings = get_ceilings()
     store = run_id = None
     if db is not None:

@@ -129,7 +129,7 @@ def _measure(row: dict, c: Contender, family: Family, case: Case, dtype, ref, ti
     if not cmp.ok:
         row["note"] = f"incorrect, not timed: {cmp.reason}"
         return
-    rotate = _rotation(c, family, case, dtype, device, row["bytes"]) if device == "cuda" else None
+    rotate = (lambda: _rotation(c, family, case, dtype, device, row["bytes"])) if device == "cuda" else None
     t = time_fn(call, timer, device, rotate=rotate)
     row.update(
         median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, n_samples=len(t.samples_ms),

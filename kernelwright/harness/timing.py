@@ -97,10 +97,11 @@ class TimerConfig:
 
 
 def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device: str | None = None,
-            rotate: list[Callable[[], object]] | None = None) -> Timing:
+            rotate: Callable[[], list[Callable[[], object]] | None] | None = None) -> Timing:
     """Time ``fn()`` (which launches work and returns) on ``device`` (``cuda`` or ``cpu``).
 
-    ``rotate``: equivalent calls on other input sets, cycled through in graph mode (see the module docstring).
+    ``rotate``: makes equivalent calls on other input sets, cycled through in graph mode (see the module
+    docstring); called only when graph mode is used.
     """
     from kernelwright.runtime import current_device
 
@@ -112,7 +113,7 @@ def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device:
     warm = _warmup_cuda(fn, config)
     t = None
     if config.graph == "on" or (config.graph == "auto" and warm.median_ms * 1e3 < config.graph_below_us):
-        t = _time_cuda_graph(rotate or [fn], config)
+        t = _time_cuda_graph((rotate() if rotate else None) or [fn], config)
     if t is None:
         t = _time_cuda_events(fn, config)
     t.warmup_calls = warm.warmup_calls
