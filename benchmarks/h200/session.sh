@@ -4,7 +4,6 @@
 #   bash benchmarks/h200/session.sh final   # GPU tests, kw check, kw run (main job + report), 3 repeated
 #                                           # `kw bench softmax`, nvbench cross-check
 #   bash benchmarks/h200/session.sh all     # both
-#   bash benchmarks/h200/session.sh v4      # GPU tests + the split-softmax version 4 experiment
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -24,9 +23,6 @@ kw() { python3 -m kernelwright.cli "$@"; }
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_ladders.py tests/test_ops.py >> "$LOG" 2>&1
 echo "pytest (GPU) rc=$?"; tail -3 "$LOG"
 case "${1:-final}" in
-  v4)
-    timeout 200 python3 benchmarks/experiments/softmax_split_v4.py 2>&1 | tee -a "$LOG" | tail -20
-    ;;
   split|all)
     timeout 150 python3 benchmarks/experiments/softmax_split_configs.py 2>&1 | tee -a "$LOG" | tail -45
     ;;&
