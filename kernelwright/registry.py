@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -147,6 +146,3 @@ def resolve_families(names: list[str] | None) -> list[Family]:
         return all_families()
     return [get_family(n) for n in names]
 
-
-def call_rung(rung: Rung, case: Case, out: torch.Tensor) -> Any:
-    return rung.load()(*case.args, out=out, **case.kwargs)

@@ -92,6 +92,3 @@ def poisoned_like(shape, dtype: torch.dtype, device) -> torch.Tensor:
         out.fill_(float("nan"))
     return out
 
-
-def cast_args(args: tuple, dtype: torch.dtype) -> tuple:
-    return tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
