@@ -52,6 +52,25 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--run", type=int, default=None, help="run id (default: the latest run with rows)")
     rep.add_argument("-o", "--output", default="report.html")
 
+    t = sub.add_parser("tune", parents=[common],
+                       help="autotune rungs that have a config space; winners cached on disk (CUDA only)")
+    t.add_argument("family", metavar="FAMILY")
+    t.add_argument("--variant", action="append", help="only this rung (repeatable; default: every tunable rung)")
+    t.add_argument("--shapes", "--sizes", dest="sizes", default=None,
+                   help="comma list of sizes or a power-of-two range (default: the family's sweep)")
+    t.add_argument("--dtypes", default=None, help="comma list: fp32,fp16,bf16 (default: all the family has)")
+    t.add_argument("--force", action="store_true", help="search again even where a cached winner exists")
+
+    ins = sub.add_parser("inspect", parents=[common],
+                         help="registers, spills, shared memory, occupancy and SASS mix of a rung's compiled "
+                              "kernels (no GPU needed)")
+    ins.add_argument("family", metavar="FAMILY")
+    ins.add_argument("--variant", required=True, help="the rung to inspect")
+    ins.add_argument("--shape", "--size", dest="size", default=None,
+                     help="problem size (default: the family's first GPU sweep size)")
+    ins.add_argument("--dtype", default=None, help="fp32, fp16 or bf16 (default: the first the rung takes)")
+    ins.add_argument("--sass", action="store_true", help="also print the full SASS listing")
+
     main_job = sub.add_parser("run", parents=[common],
                               help="the main job: roofline, bench every family's default sweep, store, report")
     _bench_args(main_job, families=False)
@@ -161,7 +180,7 @@ def cmd_list(args) -> int:
         con.print(f"[bold]{f['family']}[/bold]: {f['summary']}")
         for r in f["rungs"]:
             state = "ok" if r["available"] else f"unavailable: {r['reason']}"
-            con.print(f"  rung  {r['name']:<10} {r['backend']:<7} needs {r['needs']:<8} {state}")
+            con.print(f"  rung  {r['name']:<18} {r['backend']:<7} needs {r['needs']:<8} {state}")
         for p in f["peers"]:
             con.print(f"  peer  {p['name']:<18} {'ok' if p['available'] else 'unavailable: ' + p['reason']}")
     return EXIT_OK
@@ -206,11 +225,11 @@ def cmd_check(args) -> int:
             bad = [r for r in rs if not r.ok]
             worst = max((r.rel_norm for r in rs if r.ok), default=0.0)
             mark = "[green]PASS[/green]" if not bad else f"[red]FAIL {len(bad)}/{len(rs)}[/red]"
-            con.print(f"{mark} {fam:<11} {rung:<10} {dt:<5} {len(rs)} trials, worst rel err {worst:.2e}")
+            con.print(f"{mark} {fam:<11} {rung:<18} {dt:<5} {len(rs)} trials, worst rel err {worst:.2e}")
             for r in bad:
                 con.print(f"     {r.shape} {r.layout} {r.dist} seed={r.seed}: {r.reason}")
         for s in skipped:
-            con.print(f"[yellow]SKIP[/yellow] {s['family']:<11} {s['rung']:<10} {s['reason']}")
+            con.print(f"[yellow]SKIP[/yellow] {s['family']:<11} {s['rung']:<18} {s['reason']}")
         con.print(f"{len(results) - len(failed)} passed, {len(failed)} failed ({device})")
     return EXIT_FAIL if failed else EXIT_OK
 
@@ -383,6 +402,86 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
+def cmd_tune(args) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kernelwright.harness.inputs import dtype_name, generator
+    from kernelwright.registry import get_family
+    from kernelwright.runtime import current_device
+
+    fam = get_family(args.family)
+    tunable = [r for r in fam.rungs if r.tune]
+    if args.variant:
+        rungs = [fam.rung(v) for v in args.variant]
+        for r in rungs:
+            if not r.tune:
+                raise UsageError(f"variant: rung {r.name!r} has no config space to tune; tunable rungs of "
+                                 f"{fam.name}: {', '.join(t.name for t in tunable) or 'none'}")
+    else:
+        rungs = tunable
+    if not rungs:
+        raise UsageError(f"family: {fam.name!r} has no tunable rungs")
+    if current_device() != "cuda":
+        raise Unavailable("tuning times kernels on a CUDA GPU; under the CPU interpreter the timings say nothing "
+                          "about a GPU (rungs use their default configs there)")
+    sizes = _sizes(args.sizes, fam, "cuda")
+    dtypes = _dtypes(args.dtypes, fam)
+    plan = [(r, size, dt) for r in rungs for dt in dtypes for size in sizes if not r.refusal(size, {}, dt)]
+    results = []
+    with Progress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=_console(stderr=True), transient=True, disable=args.json) as prog:
+        task = prog.add_task("tune", total=len(plan))
+        for r, size, dt in plan:
+            gen, _ = generator("cuda")
+            case = fam.make_case(size, dt, "cuda", gen)
+            res = r.hook("tune")(case, dt, force=args.force,
+                                 on_step=lambda s: prog.update(task, description=s[:48]))
+            results.append({"rung": r.name, "size": fam.format_size(size), "dtype": dtype_name(dt), **res.to_dict()})
+            prog.advance(task)
+    if args.json:
+        _emit_json(results)
+        return EXIT_OK
+    con = _console()
+    for res in results:
+        best = ", ".join(f"{k}={v}" for k, v in res["best"].items())
+        timed = sum(t["median_ms"] is not None for t in res["trials"])
+        pruned = sum(t["note"].startswith("pruned") for t in res["trials"])
+        failed = len(res["trials"]) - timed - pruned
+        ms = "" if res["median_ms"] is None else f" {res['median_ms'] * 1e3:.1f} us"
+        con.print(f"{res['rung']:<18} {res['size']:<16} {res['dtype']:<5} {res['source']:<7}{ms}  {best}"
+                  + (f"  ({timed} timed, {pruned} pruned, {failed} failed)" if res["source"] == "tuned" else ""))
+    return EXIT_OK
+
+
+def cmd_inspect(args) -> int:
+    from kernelwright.harness import inspect as kin
+    from kernelwright.harness.inputs import dtype_name, parse_dtype
+    from kernelwright.registry import get_family
+
+    fam = get_family(args.family)
+    rung = fam.rung(args.variant)
+    if not rung.artifacts:
+        raise UsageError(f"variant: rung {rung.name!r} has no compiled artifacts to inspect (backend "
+                         f"{rung.backend}); rungs with them: "
+                         f"{', '.join(r.name for r in fam.rungs if r.artifacts) or 'none'}")
+    size = fam.parse_size(args.size) if args.size else fam.sweep("cuda")[0]
+    dtype = parse_dtype(args.dtype) if args.dtype else (rung.dtypes or fam.dtypes)[0]
+    why = rung.refusal(size, {}, dtype)
+    if why:
+        raise UsageError(f"variant {rung.name!r}: {why}")
+    reports = [kin.analyze(a) for a in rung.hook("artifacts")(size, dtype)]
+    if args.json:
+        _emit_json({"family": fam.name, "variant": rung.name, "size": fam.format_size(size),
+                    "dtype": dtype_name(dtype), "kernels": [r.to_dict() for r in reports]})
+        return EXIT_OK
+    print(f"{fam.name} {rung.name} {fam.format_size(size)} {dtype_name(dtype)}")
+    for r in reports:
+        print(kin.format_report(r))
+        if args.sass and getattr(r, "sass", None):
+            print(r.sass)
+    return EXIT_OK
+
+
 def cmd_run(args) -> int:
     _check_output(args.output)
     store = _store(args)
@@ -401,7 +500,8 @@ def cmd_run(args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "check": cmd_check, "bench": cmd_bench, "roofline": cmd_roofline,
-            "results": cmd_results, "compare": cmd_compare, "report": cmd_report, "run": cmd_run}
+            "results": cmd_results, "compare": cmd_compare, "report": cmd_report, "tune": cmd_tune,
+            "inspect": cmd_inspect, "run": cmd_run}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,17 +17,20 @@ import torch
 from kernelwright import runtime
 from kernelwright.errors import Unavailable, UsageError
 
-FAMILY_MODULES = ("vector_add", "softmax")
+FAMILY_MODULES = ("vector_add", "softmax", "matmul")
 NEEDS = ("nothing", "cuda", "hopper")
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Pass when every element has ``|out - ref| <= atol + rtol * |ref|`` and ``||out - ref|| / ||ref|| <= norm``."""
+    """Pass when every element has ``|out - ref| <= atol + rtol * |ref| + acc * scale`` and
+    ``||out - ref|| / ||ref|| <= norm``. ``scale`` is the family's per-element error scale (``|A| @ |B|`` for a
+    matmul: an element near zero by cancellation carries the rounding error of its large terms), 0 without one."""
 
     atol: float
     rtol: float
     norm: float
+    acc: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,11 @@ class Rung:
 
     ``target`` is ``"module:function"``; the function takes the family's inputs plus ``out=`` (a buffer to write)
     and returns ``out``. ``limit(size, kwargs)`` returns a reason when this rung cannot take a case (a row too
-    wide for registers), else ``None``.
+    wide for registers), else ``None``; ``dtypes`` lists the dtypes it takes when not all of the family's.
+    ``tune`` (``"module:function"``, called as ``fn(case, dtype, force=False)``) searches the rung's config space
+    for a case and caches the winner (see :mod:`kernelwright.tune`); ``artifacts`` (``"module:function"``, called
+    as ``fn(size, dtype)``) compiles the rung's kernels for a case without running them and returns
+    :class:`kernelwright.harness.inspect.Artifact` objects for ``kw inspect``.
     """
 
     name: str
@@ -45,6 +52,16 @@ class Rung:
     journal: str
     needs: str = "nothing"
     limit: Callable[[tuple[int, ...], dict], str | None] | None = None
+    dtypes: tuple[torch.dtype, ...] | None = None
+    tune: str | None = None
+    artifacts: str | None = None
+
+    def refusal(self, size: tuple[int, ...], kwargs: dict, dtype: torch.dtype | None = None) -> str | None:
+        """Why this rung cannot take a case of this size, arguments and dtype, else ``None``."""
+        if dtype is not None and self.dtypes is not None and dtype not in self.dtypes:
+            takes = ", ".join(str(d).removeprefix("torch.") for d in self.dtypes)
+            return f"{self.name}: takes {takes} only, not {str(dtype).removeprefix('torch.')}"
+        return self.limit(size, kwargs) if self.limit else None
 
     def unavailable_reason(self) -> str | None:
         dev = runtime.current_device()
@@ -58,8 +75,19 @@ class Rung:
         reason = self.unavailable_reason()
         if reason:
             raise Unavailable(reason)
-        module, fn = self.target.split(":")
-        return getattr(importlib.import_module(module), fn)
+        return _resolve(self.target)
+
+    def hook(self, which: str) -> Callable:
+        """The rung's ``tune`` or ``artifacts`` function; :class:`UsageError` when it has none."""
+        target = getattr(self, which)
+        if target is None:
+            raise UsageError(f"variant: rung {self.name!r} has no {which} hook")
+        return _resolve(target)
+
+
+def _resolve(target: str) -> Callable:
+    module, fn = target.split(":")
+    return getattr(importlib.import_module(module), fn)
 
 
 @dataclass(frozen=True)
@@ -110,6 +138,9 @@ class Family:
     """rung names best-first for a case; default: the ladder from the top"""
     scale_axis: tuple[str, Callable[[tuple[int, ...]], float]] | None = None
     """(label, size -> x) for the report's scaling chart; default: minimum bytes moved"""
+    error_scale: Callable[..., torch.Tensor] | None = None
+    """``error_scale(*args, **kwargs)`` on float64 inputs: the per-element magnitude that accumulation errors
+    scale with (see :class:`Tolerance`); ``None``: errors scale with the result itself"""
 
     def rung(self, name: str) -> Rung:
         for r in self.rungs:

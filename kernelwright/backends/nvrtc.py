@@ -1,7 +1,9 @@
 """CUDA C compiled at run time through NVRTC (via ``cuda-core``), with an on-disk cubin cache.
 
 No host compiler is needed, and no GPU either: compiling is pure CPU work, so CI compile-checks every ``.cu``
-source of the library. Loading and launching a cubin needs a driver and is the GPU side's business.
+source of the library. :class:`CudaKernel` loads a cubin with the driver API (``cuda.bindings.driver``) into
+each device's primary context, the one PyTorch uses, and launches it on PyTorch's current stream; that part
+needs a GPU.
 
 Cache: ``$KW_CACHE_DIR/cubin/<sha256>.cubin`` (default ``~/.cache/kernelwright``), keyed by the source, the
 kernel names, the target architecture, the options and the NVRTC and cuda-core versions, so a change to any of
@@ -10,9 +12,11 @@ them compiles again. A cache file that cannot be read is ignored and rewritten.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,3 +103,152 @@ def compile_cubin(source: str, options: CompileOptions | None = None, *, what: s
 def compile_file(path: str | Path, options: CompileOptions | None = None) -> bytes:
     p = Path(path)
     return compile_cubin(p.read_text(), options, what=str(p))
+
+
+# --- loading and launching (needs a GPU) ------------------------------------------------------------------------
+_STATIC_SMEM_LIMIT = 48 * 1024  # a launch may ask for more dynamic shared memory only after the attribute is raised
+_drv = None
+
+
+def _driver():
+    """``cuda.bindings.driver``, imported on first use (CPU-only installs never need it)."""
+    global _drv
+    if _drv is None:
+        try:
+            from cuda.bindings import driver
+        except ImportError:
+            raise Unavailable("launching CUDA C kernels needs the driver bindings: pip install 'cuda-bindings==13.*'") \
+                from None
+        _drv = driver
+    return _drv
+
+
+def _check(call: str, result: tuple):
+    """Unpack a ``cuda.bindings`` result ``(CUresult, *values)``; a non-success code raises naming ``call``."""
+    err = result[0]
+    if err != 0:
+        _, name = _driver().cuGetErrorName(err)
+        _, text = _driver().cuGetErrorString(err)
+        raise RuntimeError(f"{call} failed: {name.decode() if name else int(err)}: {text.decode() if text else ''}")
+    return result[1] if len(result) == 2 else result[1:] or None
+
+
+class CudaKernel:
+    """One ``extern "C"`` kernel of a CUDA C source, compiled on first use and launched on PyTorch's stream.
+
+    The source is compiled through :func:`compile_cubin` (so through the on-disk cache) the first time the cubin
+    is needed; the cubin is loaded once per CUDA device into that device's primary context, the one PyTorch uses,
+    and launches go to ``torch.cuda.current_stream(device)``, so they order with PyTorch's work and can be
+    captured in a CUDA graph.
+
+    Parameters
+    ----------
+    source : str
+        CUDA C source holding ``name`` as an ``extern "C" __global__`` function (unmangled).
+    name : str
+        The kernel's symbol name.
+    options : CompileOptions, optional
+        Target architecture, defines, register cap; default ``CompileOptions()`` (sm_90).
+    what : str
+        How compile errors name the source (a file path, say).
+    """
+
+    def __init__(self, source: str, name: str, options: CompileOptions | None = None, what: str = "<source>"):
+        self.source = source
+        self.name = name
+        self.options = options or CompileOptions()
+        self.what = what
+        self._cubin: bytes | None = None
+        self._loaded: dict[int, tuple[object, int, object]] = {}  # device -> (primary context, its handle, CUfunction)
+        self._smem_limit: dict[int, int] = {}  # device index -> dynamic shared memory the function may use
+        self._lock = threading.Lock()
+        self._launch_call = f"cuLaunchKernel({name})"
+
+    @property
+    def cubin(self) -> bytes:
+        """The compiled ELF image (compiles on first access; no GPU needed)."""
+        if self._cubin is None:
+            self._cubin = compile_cubin(self.source, self.options, what=self.what)
+        return self._cubin
+
+    def _load(self, device: int) -> tuple[object, int, object]:
+        with self._lock:
+            if device in self._loaded:
+                return self._loaded[device]
+            drv = _driver()
+            cubin = self.cubin
+            try:
+                init = drv.cuInit(0)
+            except Exception as e:  # the bindings raise when libcuda itself cannot be found
+                raise Unavailable(f"no CUDA driver to load {self.what}: {e}") from None
+            _check("cuInit", init)
+            dev = _check("cuDeviceGet", drv.cuDeviceGet(device))
+            ctx = _check("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(dev))
+            _check("cuCtxPushCurrent", drv.cuCtxPushCurrent(ctx))
+            try:
+                module = _check("cuModuleLoadData", drv.cuModuleLoadData(cubin))
+                func = _check(f"cuModuleGetFunction({self.name!r})",
+                              drv.cuModuleGetFunction(module, self.name.encode()))
+            finally:
+                _check("cuCtxPopCurrent", drv.cuCtxPopCurrent())
+            self._smem_limit[device] = _STATIC_SMEM_LIMIT
+            self._loaded[device] = (ctx, int(ctx), func)
+            return self._loaded[device]
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0) -> None:
+        """Launch on the current PyTorch stream of the device of the first tensor in ``args``.
+
+        Parameters
+        ----------
+        grid, block : tuple of int
+            Up to three dimensions each (missing ones are 1).
+        args : tuple
+            The kernel's parameters in order: CUDA tensors (passed as their ``data_ptr()``), Python ints (as
+            32-bit ``int``) and Python floats (as 32-bit ``float``).
+        shared_mem : int
+            Dynamic shared memory in bytes; above 48 KiB the function's limit is raised once per device.
+        """
+        import torch
+
+        values, types = [], []
+        device = None
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                if not a.is_cuda:
+                    raise ValueError(f"{self.name}: argument {i} is a {a.device} tensor; kernels take CUDA tensors")
+                device = a.get_device() if device is None else device
+                values.append(a.data_ptr())
+                types.append(ctypes.c_void_p)
+            elif isinstance(a, float):
+                values.append(a)
+                types.append(ctypes.c_float)
+            elif isinstance(a, int):
+                if not -(2**31) <= a < 2**31:
+                    raise ValueError(f"{self.name}: argument {i} = {a} does not fit a 32-bit int")
+                values.append(a)
+                types.append(ctypes.c_int)
+            else:
+                raise TypeError(f"{self.name}: argument {i} has type {type(a).__name__}; expected tensor, int, float")
+        if device is None:
+            device = torch.cuda.current_device()
+        ctx, ctx_handle, func = self._loaded.get(device) or self._load(device)
+        drv = _drv
+        gx, gy, gz = (*grid, 1, 1)[:3]
+        bx, by, bz = (*block, 1, 1)[:3]
+        stream = torch.cuda.current_stream(device).cuda_stream
+        # The function belongs to the device's primary context: make it current for the launch, and restore the
+        # caller's context afterwards (with the runtime API, the current context *is* PyTorch's current device).
+        switch = int(_check("cuCtxGetCurrent", drv.cuCtxGetCurrent())) != ctx_handle
+        if switch:
+            _check("cuCtxPushCurrent", drv.cuCtxPushCurrent(ctx))
+        try:
+            if shared_mem > self._smem_limit[device]:
+                attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                _check(f"cuFuncSetAttribute({self.name}, MAX_DYNAMIC_SHARED_SIZE_BYTES={shared_mem})",
+                       drv.cuFuncSetAttribute(func, attr, shared_mem))
+                self._smem_limit[device] = shared_mem
+            params = (tuple(values), tuple(types))
+            _check(self._launch_call, drv.cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0))
+        finally:
+            if switch:
+                _check("cuCtxPopCurrent", drv.cuCtxPopCurrent())

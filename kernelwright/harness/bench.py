@@ -19,7 +19,7 @@ from kernelwright.errors import Unavailable
 from kernelwright.harness.inputs import dtype_name, generator, poisoned_like
 from kernelwright.harness.roofline import Ceilings
 from kernelwright.harness.timing import TimerConfig, time_fn
-from kernelwright.harness.verify import compare, reference64
+from kernelwright.harness.verify import compare, error_scale, reference64
 from kernelwright.registry import Case, Family
 
 
@@ -75,6 +75,7 @@ def bench_family(
             gen, seed = generator(device)
             case = family.make_case(size, dtype, device, gen)
             ref = reference64(family, case)
+            scale = error_scale(family, case)
             flops, nbytes = family.cost(size, dtype)
             bound_s, bound = ceilings.bound_seconds(flops, nbytes, family.flop_unit, dtype_name(dtype))
             base_ms = below_ms = None
@@ -82,12 +83,12 @@ def bench_family(
                 if on_step:
                     on_step(f"{family.name} {c.name} {family.format_size(size)} {dtype_name(dtype)}")
                 row = _row(family, c, case, dtype, flops, nbytes, bound, seed)
-                limit = family.rung(c.name).limit if c.role == "rung" else None
-                reason = c.unavailable or (limit(size, case.kwargs) if limit else None)
+                rung = family.rung(c.name) if c.role == "rung" else None
+                reason = c.unavailable or (rung.refusal(size, case.kwargs, dtype) if rung else None)
                 if reason:
                     row["note"] = reason
                 else:
-                    _measure(row, c, family, case, dtype, ref, timer)
+                    _measure(row, c, family, case, dtype, ref, scale, timer)
                 if row.get("median_ms"):
                     row["tflops"] = flops / (row["median_ms"] * 1e-3) / 1e12
                     row["tbps"] = nbytes / (row["median_ms"] * 1e-3) / 1e12
@@ -101,7 +102,7 @@ def bench_family(
                 rows.append(row)
                 if on_row:
                     on_row(row)
-            del case, ref
+            del case, ref, scale
             if device == "cuda":
                 torch.cuda.empty_cache()
     return rows
@@ -115,11 +116,11 @@ def _row(family: Family, c: Contender, case: Case, dtype, flops, nbytes, bound, 
     }
 
 
-def _measure(row: dict, c: Contender, family: Family, case: Case, dtype, ref, timer: TimerConfig) -> None:
+def _measure(row: dict, c: Contender, family: Family, case: Case, dtype, ref, scale, timer: TimerConfig) -> None:
     device = runtime.current_device()
     try:
         call = _caller(c, family, case, dtype, device)
-        cmp = compare(call(), ref, family.tolerances[dtype])
+        cmp = compare(call(), ref, family.tolerances[dtype], scale)
     except Exception as e:  # report, don't crash the sweep
         row["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         # a rung of ours that raises is a bug (exit code 1); a peer that rejects a shape is its limit

@@ -43,7 +43,7 @@ class CheckResult:
         return asdict(self)
 
 
-def compare(out: torch.Tensor, ref64: torch.Tensor, tol: Tolerance) -> Comparison:
+def compare(out: torch.Tensor, ref64: torch.Tensor, tol: Tolerance, scale: torch.Tensor | None = None) -> Comparison:
     """Compare ``out`` with a float64 reference. Non-finite values must match the reference rounded to
     ``out.dtype`` position by position (an fp16 sum that overflows is right to be Inf)."""
     if tuple(out.shape) != tuple(ref64.shape):
@@ -68,7 +68,10 @@ def compare(out: torch.Tensor, ref64: torch.Tensor, tol: Tolerance) -> Compariso
     max_abs = float(diff.max())
     denom = float(torch.linalg.vector_norm(r))
     rel = float(torch.linalg.vector_norm(o - r)) / denom if denom > 0 else float(torch.linalg.vector_norm(o - r))
-    over = diff > tol.atol + tol.rtol * r.abs()
+    allowed = tol.atol + tol.rtol * r.abs()
+    if scale is not None and tol.acc:
+        allowed = allowed + tol.acc * scale.double()[o_fin]
+    over = diff > allowed
     if bool(over.any()):
         i = int(over.nonzero()[0, 0])
         return Comparison(
@@ -91,9 +94,17 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 
+def _upcast(case: Case) -> tuple:
+    return tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in case.args)
+
+
 def reference64(family: Family, case: Case) -> torch.Tensor:
-    args = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in case.args)
-    return family.reference(*args, **case.kwargs)
+    return family.reference(*_upcast(case), **case.kwargs)
+
+
+def error_scale(family: Family, case: Case) -> torch.Tensor | None:
+    """The family's per-element error scale for ``case`` (float64), or ``None`` (see :class:`Tolerance`)."""
+    return family.error_scale(*_upcast(case), **case.kwargs) if family.error_scale else None
 
 
 def _tensors(args: tuple) -> list[torch.Tensor]:
@@ -123,7 +134,7 @@ def check_case(family: Family, fn: Callable, case: Case, dtype: torch.dtype, *, 
     if not same_values(outs[0], outs[1]):
         n = int((outs[0] != outs[1]).sum())
         return Comparison(False, math.inf, math.inf, f"two runs on the same input differ in {n} element(s): a race")
-    return compare(outs[0], ref, family.tolerances[dtype])
+    return compare(outs[0], ref, family.tolerances[dtype], error_scale(family, case))
 
 
 def verify(
@@ -154,7 +165,7 @@ def verify(
         fn = rung.load()
         for dtype in dtypes:
             for size, kwargs in shapes:
-                if rung.limit and rung.limit(size, kwargs):
+                if rung.refusal(size, kwargs, dtype):
                     continue
                 dist, layout = dists[trial % len(dists)], lays[(trial // len(dists)) % len(lays)]
                 trial += 1

@@ -65,7 +65,7 @@ def runs_on(backend: str, device_type: str) -> str | None:
     return None
 
 
-def pick_rung(family, variant: str | None, device_type: str, size, kwargs):
+def pick_rung(family, variant: str | None, device_type: str, size, kwargs, dtype=None):
     """The rung asked for (checked it can run here) or the family's choice for this case."""
     if variant is not None:
         if not isinstance(variant, str):
@@ -76,13 +76,13 @@ def pick_rung(family, variant: str | None, device_type: str, size, kwargs):
             why = "needs a Hopper GPU (sm_90)"
         if why:
             raise Unavailable(f"variant {variant!r}: {why}")
-        limit = rung.limit(size, kwargs) if rung.limit else None
+        limit = rung.refusal(size, kwargs, dtype)
         if limit:
             raise UsageError(f"variant {variant!r}: {limit}")
         return rung
     names = family.preferred(size, kwargs)
     for name in names:
         rung = family.rung(name)
-        if runs_on(rung.backend, device_type) is None and not (rung.limit and rung.limit(size, kwargs)):
+        if runs_on(rung.backend, device_type) is None and not rung.refusal(size, kwargs, dtype):
             return rung
     raise Unavailable(f"{family.name}: no rung can take this input here")

@@ -1,0 +1,341 @@
+"""matmul in CUDA C: the classic fp32 SGEMM ladder, seven rungs from one thread per output to warp tiling.
+
+C = A @ B with A [M, K], B [K, N], C [M, N], all float32, computed on CUDA cores (no tensor cores, no TF32).
+Minimum traffic: read M*K + K*N, write M*N floats; 2*M*N*K FLOPs. Each rung is one ``.cu`` file in ``cuda/``
+(``SOURCES``), compiled at run time by NVRTC for sm_90 (cached on disk, see :mod:`kernelwright.backends.nvrtc`)
+and launched on PyTorch's current stream, so it orders with PyTorch's work and can be captured in a CUDA graph.
+
+Layout: the kernels read row-major contiguous A and B. Inputs with other strides (a transposed view, a
+strided slice) are packed with ``.contiguous()`` first: one extra copy, outside the kernel. ``out`` must be a
+contiguous [M, N] float32 tensor. Any M, N, K works (K = 0 writes zeros; empty outputs launch nothing).
+
+The two float4 rungs (``cuda_vectorized``, ``cuda_warptile``) have two entry points each: ``*_vec4`` (128-bit
+global accesses) when K % 4 == N % 4 == 0 and A, B and C are 16-byte aligned, else ``*_scalar`` (the same
+kernel, predicated scalar global accesses). Both zero-fill tile borders, so ragged shapes are exact.
+
+Tile parameters (configs are data: ``CONFIGS``, ``warptile_config``):
+
+* naive / coalesced: 32 x 32 threads, one output each.
+* smem: TILE x TILE threads and tiles, TILE = 32 by default (8 and 16 for the tile-size experiment).
+* blocktile1d: 64 x 64 outputs per block, BK = 8, 8 outputs per thread, so 512 threads that each copy exactly
+  one element of each tile.
+* blocktile2d, vectorized: 128 x 128 outputs per block, BK = 8, 8 x 8 outputs per thread, 256 threads.
+* warptile (Hopper: 132 SMs, 64K registers and 228 KB shared memory per SM): 128 x 128 outputs per block,
+  BK = 16, 256 threads as 8 warps of 64 x 32 outputs (2 x 4 warps), each warp tile done as 2 x 2 sub-tiles of
+  32 x 16 in which the 32 lanes (8 x 4) own 4 x 4 blocks; so 8 x 8 = 64 accumulators per thread. Registers are
+  the limiter: 64 accumulators + 16 operands + 16 for the next tile's global loads + addresses fit in 128
+  registers, so ``__launch_bounds__(256, 2)`` keeps 2 blocks (16 warps) per SM; shared memory is 2 stages x
+  16 x (132 + 128) floats = 33 KB per block, far from the limit. Per k step a thread issues 4 float4 shared
+  loads for 64 FMAs, and each of a warp's shared loads is one contiguous 128-byte (A) or 64-byte (B) span, so
+  conflict-free. At 4096^3, 1024 blocks over 264 resident slots make 3.9 waves (the last 88% full).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernelwright.backends import nvrtc
+from kernelwright.errors import UsageError
+
+_DIR = Path(__file__).parent / "cuda"
+RUNGS = ("cuda_naive", "cuda_coalesced", "cuda_smem", "cuda_blocktile1d", "cuda_blocktile2d", "cuda_vectorized",
+         "cuda_warptile")
+SOURCES: dict[str, Path] = {rung: _DIR / f"{rung.removeprefix('cuda_')}.cu" for rung in RUNGS}
+SMEM_TILES = (8, 16, 32)
+_MAX_GRID_Y = 65535
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How one rung is compiled and launched.
+
+    ``threads`` is the block shape (x, y); ``tile`` the rows x columns of C one block computes; ``defines`` the
+    ``-D`` macros of the source; ``m_on_x`` puts M on grid x (cuda_naive only); ``vec4`` says the source has
+    ``_vec4`` and ``_scalar`` entry points; ``smem`` is the dynamic shared memory in bytes.
+    """
+
+    rung: str
+    threads: tuple[int, int]
+    tile: tuple[int, int]
+    defines: tuple[tuple[str, int], ...] = ()
+    m_on_x: bool = False
+    vec4: bool = False
+    smem: int = 0
+
+    @property
+    def options(self) -> nvrtc.CompileOptions:
+        return nvrtc.CompileOptions(defines=tuple(f"{k}={v}" for k, v in self.defines))
+
+
+def smem_config(tile: int = 32) -> LaunchConfig:
+    """The ``cuda_smem`` config for a TILE x TILE block (8, 16 or 32)."""
+    if tile not in SMEM_TILES:
+        raise UsageError(f"tile: expected one of {', '.join(map(str, SMEM_TILES))}, got {tile!r}")
+    return LaunchConfig("cuda_smem", (tile, tile), (tile, tile), (("TILE", tile),))
+
+
+def warptile_config(nt=256, bm=128, bn=256, bk=16, wm=64, wn=64, wniter=2, tm=4, tn=4, stages=3,
+                    minblocks=1) -> LaunchConfig:
+    """A ``cuda_warptile`` config; the defaults are the large-shape Hopper choice of the module docstring.
+
+    ``nt`` threads; ``bm`` x ``bn`` outputs per block, ``bk`` k per stage, ``stages`` shared-memory stages;
+    ``wm`` x ``wn`` outputs per warp in ``wniter`` column steps; ``tm`` x ``tn`` outputs per lane and sub-tile;
+    ``minblocks`` resident blocks per SM promised to the register allocator. The kernel's static_asserts reject
+    inconsistent combinations.
+    """
+    defines = (("NT", nt), ("BM", bm), ("BN", bn), ("BK", bk), ("WM", wm), ("WN", wn), ("WNITER", wniter),
+               ("TM", tm), ("TN", tn), ("STAGES", stages), ("MINBLOCKS", minblocks))
+    return LaunchConfig("cuda_warptile", (nt, 1), (bm, bn), defines, vec4=True,
+                        smem=stages * bk * (bm + 4 + bn) * 4)
+
+
+_TILE2D = (("BM", 128), ("BN", 128), ("BK", 8), ("TM", 8), ("TN", 8))
+CONFIGS: dict[str, LaunchConfig] = {
+    "cuda_naive": LaunchConfig("cuda_naive", (32, 32), (32, 32), m_on_x=True),
+    "cuda_coalesced": LaunchConfig("cuda_coalesced", (32, 32), (32, 32)),
+    "cuda_smem": smem_config(32),
+    "cuda_blocktile1d": LaunchConfig("cuda_blocktile1d", (512, 1), (64, 64),
+                                     (("BM", 64), ("BN", 64), ("BK", 8), ("TM", 8))),
+    "cuda_blocktile2d": LaunchConfig("cuda_blocktile2d", (256, 1), (128, 128), _TILE2D),
+    "cuda_vectorized": LaunchConfig("cuda_vectorized", (256, 1), (128, 128), _TILE2D, vec4=True),
+    "cuda_warptile": warptile_config(),
+}
+# cuda_warptile below one full wave of large tiles: smaller tiles and 2 blocks per SM keep more SMs busy
+WARPTILE_SMALL = warptile_config(bn=128, wn=32, bk=8, stages=4, minblocks=2)
+_SMS = 132  # H200 / H100 SXM multiprocessors: the wave size the warptile choice is tuned for
+
+NOTES: dict[str, str] = {
+    "cuda_naive": (
+        "One thread per output, threadIdx.x walking M: a warp reads 32 rows of A K floats apart and writes 32 "
+        "rows of C, so global accesses are uncoalesced (L1 absorbs part of it: the block's 32 warps share those "
+        "rows). The baseline. Predicted: ~0.5 TFLOP/s at 1024^3 and 4096^3 (about 1% of the ~60 TFLOP/s FP32 "
+        "peak), bound by load transactions."
+    ),
+    "cuda_coalesced": (
+        "Same work, threadIdx.x now walks N: a warp's loads of B and stores of C are contiguous 128-byte "
+        "accesses and its A value is a broadcast. Removes the uncoalesced traffic; what is left is two cache "
+        "loads per FMA. Predicted: ~6x over naive at both 1024^3 and 4096^3 (32 transactions become 1-2, less "
+        "what L1 was already saving naive)."
+    ),
+    "cuda_smem": (
+        "32 x 32 tiles of A and B staged in shared memory (zero-padded at the borders), so each global element "
+        "is read once per block instead of 32 times; the loop still does 2 shared loads per FMA, now the "
+        "bottleneck. Predicted: ~1.3x over coalesced at 1024^3 and 4096^3 (Hopper's L1 already served "
+        "coalesced well, and L1 and shared memory share one bandwidth); TILE = 8 is slower than 16 and 32 "
+        "(more blocks, 8x less reuse)."
+    ),
+    "cuda_blocktile1d": (
+        "Each thread computes 8 outputs of one column (64 x 64 block tile, BK = 8, 512 threads): one B value in "
+        "a register feeds 8 FMAs, so shared loads per FMA fall from 2 to ~1.1 and global traffic halves again. "
+        "Removes most of the shared-memory bottleneck. Predicted: ~2.5x over smem at 4096^3 and ~2.3x at "
+        "1024^3 (256 blocks still fill the 132 SMs)."
+    ),
+    "cuda_blocktile2d": (
+        "Each thread computes an 8 x 8 outer product per k step (128 x 128 block tile, 256 threads): 16 shared "
+        "loads for 64 FMAs (0.25 per FMA instead of ~1.1). Predicted: ~1.8x over blocktile1d at 4096^3, but "
+        "only ~1.0x at 1024^3, where 64 blocks of 128 x 128 leave half of the 132 SMs idle."
+    ),
+    "cuda_vectorized": (
+        "Same tiling with float4 global loads and stores and the A tile stored transposed in shared memory, so "
+        "the inner loop reads A and B with float4 too: 4 shared-load instructions per 64 FMAs instead of 16, "
+        "fewer issue slots lost to loads. Predicted: ~1.2x over blocktile2d at 4096^3 and ~1.1x at 1024^3 "
+        "(still half the SMs idle there)."
+    ),
+    "cuda_warptile": (
+        "A warp tile (64 x 32, as 2 x 2 sub-tiles of 32 x 16 with lanes on adjacent 4 x 4 blocks) between the "
+        "block and thread tiles makes every shared load conflict-free and broadcast, BK grows to 16 and two "
+        "shared-memory stages overlap the next tile's global loads with the FMAs. Predicted: ~1.6x over "
+        "vectorized at 4096^3 (~40 TFLOP/s, ~0.8x cuBLAS), ~1.3x at 1024^3 (still 64 blocks for 132 SMs)."
+    ),
+}
+
+
+def _source(path: Path) -> str:
+    """The text of a ``.cu`` file with its ``#include "x.cuh"`` lines replaced by those files (from ``cuda/``)."""
+    lines = []
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith('#include "'):
+            lines.append((path.parent / line.split('"')[1]).read_text())
+        else:
+            lines.append(line)
+    return "".join(lines)
+
+
+@functools.cache
+def _kernel(config: LaunchConfig, name: str) -> nvrtc.CudaKernel:
+    path = SOURCES[config.rung]
+    return nvrtc.CudaKernel(_source(path), name, config.options, what=str(path))
+
+
+def _entry(config: LaunchConfig, vec4: bool) -> str:
+    return config.rung if not config.vec4 else f"{config.rung}_{'vec4' if vec4 else 'scalar'}"
+
+
+def _grid(config: LaunchConfig, m: int, n: int) -> tuple[int, int, int]:
+    gm, gn = math.ceil(m / config.tile[0]), math.ceil(n / config.tile[1])
+    grid = (gm, gn, 1) if config.m_on_x else (gn, gm, 1)
+    if grid[1] > _MAX_GRID_Y:
+        raise UsageError(f"{config.rung}: {m}x{n} needs {grid[1]} blocks along grid y, more than {_MAX_GRID_Y}")
+    return grid
+
+
+def config(rung: str, m: int, n: int, tile: int = 32) -> LaunchConfig:
+    """The launch config ``rung`` uses for an ``m x n`` output (``tile``: the ``cuda_smem`` tile edge).
+
+    Every rung has one config (``CONFIGS``) except ``cuda_warptile``, which takes ``WARPTILE_SMALL`` when the
+    large 128 x 256 tiles would not fill one wave of the 132 SMs (under ~2048^2 outputs).
+    """
+    if rung == "cuda_smem":
+        return smem_config(tile)
+    if rung not in CONFIGS:
+        raise UsageError(f"rung: expected one of {', '.join(RUNGS)}, got {rung!r}")
+    large = CONFIGS[rung]
+    if rung == "cuda_warptile" and math.ceil(m / large.tile[0]) * math.ceil(n / large.tile[1]) < _SMS:
+        return WARPTILE_SMALL
+    return large
+
+
+def artifact(rung: str, M: int, N: int, K: int, tile: int = 32) -> dict:
+    """What the launcher would run for an ``M x N x K`` product, without a GPU.
+
+    Parameters
+    ----------
+    rung : str
+        One of ``RUNGS``.
+    M, N, K : int
+        Problem size (each >= 1).
+    tile : int
+        ``cuda_smem`` only: 8, 16 or 32.
+
+    Returns
+    -------
+    dict
+        ``kernel`` (entry point name), ``cubin`` (bytes, sm_90), ``threads_per_block``, ``dynamic_smem``
+        (bytes) and ``grid`` (x, y, z). For the float4 rungs the ``_vec4`` entry is assumed when K and N are
+        multiples of 4, as for freshly allocated (16-byte aligned) tensors; a misaligned view gets ``_scalar``.
+    """
+    if min(M, N, K) < 1:
+        raise UsageError(f"size: expected M, N, K >= 1, got {M}x{N}x{K}")
+    cfg = config(rung, M, N, tile)
+    name = _entry(cfg, K % 4 == 0 and N % 4 == 0)
+    return {"kernel": name, "cubin": _kernel(cfg, name).cubin, "threads_per_block": math.prod(cfg.threads),
+            "dynamic_smem": cfg.smem, "grid": _grid(cfg, M, N)}
+
+
+def compile_all(arch: str = "sm_90") -> dict[str, bytes]:
+    """Compile every rung and every config variant for ``arch``; no GPU needed.
+
+    Returns ``{rung: cubin}`` plus ``"cuda_smem[tile=8]"``, ``"cuda_smem[tile=16]"`` (``"cuda_smem"`` is tile
+    32) and ``"cuda_warptile[small]"``. Raises :class:`~kernelwright.backends.nvrtc.CompileError` with NVRTC's
+    log on a bad source.
+    """
+    configs = dict(CONFIGS)
+    configs.update({f"cuda_smem[tile={t}]": smem_config(t) for t in SMEM_TILES if t != 32})
+    configs["cuda_warptile[small]"] = WARPTILE_SMALL
+    out = {}
+    for key, cfg in configs.items():
+        options = nvrtc.CompileOptions(arch=arch, defines=cfg.options.defines)
+        out[key] = nvrtc.compile_cubin(_source(SOURCES[cfg.rung]), options, what=str(SOURCES[cfg.rung]))
+    return out
+
+
+def launch(cfg: LaunchConfig, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Run the kernel of ``cfg`` on ``a`` [M, K] and ``b`` [K, N] into ``out`` [M, N] (all float32, CUDA).
+
+    The rung functions pick their config with :func:`config`; this entry takes any config, for experiments
+    (``warptile_config(...)``). Returns ``out``.
+    """
+    return _launch(cfg, a, b, out, *_checked(a, b, out))
+
+
+def _checked(a, b, out) -> tuple[int, int, int]:
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.dim() != 2 or not t.is_cuda:
+            raise UsageError(f"{name}: expected a 2-D float32 CUDA tensor, got {_describe(t)}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k2 != k:
+        raise UsageError(f"b: expected {k} rows to match a's {k} columns, got shape {tuple(b.shape)}")
+    if tuple(out.shape) != (m, n) or not out.is_contiguous() or out.device != a.device or b.device != a.device:
+        raise UsageError(f"out: expected a contiguous [{m}, {n}] tensor on {a.device}, got {_describe(out)}")
+    return m, n, k
+
+
+def _launch(cfg: LaunchConfig, a, b, out, m: int, n: int, k: int) -> torch.Tensor:
+    if m == 0 or n == 0:
+        return out
+    if k == 0:
+        return out.zero_()  # an empty sum
+    a, b = a.contiguous(), b.contiguous()  # no-ops for row-major inputs
+    vec4 = cfg.vec4 and k % 4 == 0 and n % 4 == 0 and not (a.data_ptr() | b.data_ptr() | out.data_ptr()) % 16
+    _kernel(cfg, _entry(cfg, vec4)).launch(_grid(cfg, m, n), cfg.threads, (a, b, out, m, n, k), cfg.smem)
+    return out
+
+
+def _matmul(rung: str, a, b, out, tile: int = 32) -> torch.Tensor:
+    m, n, k = _checked(a, b, out)
+    return _launch(config(rung, m, n, tile), a, b, out, m, n, k)
+
+
+def _describe(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        return type(t).__name__
+    return f"{str(t.dtype).removeprefix('torch.')} {tuple(t.shape)} on {t.device}" + \
+        ("" if t.is_contiguous() else " (not contiguous)")
+
+
+def cuda_naive(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    """C = A @ B, one thread per output with threadIdx.x walking M (uncoalesced): the ladder's first rung.
+
+    Parameters
+    ----------
+    a : torch.Tensor
+        [M, K] float32 on a CUDA device; any strides (non-row-major inputs are packed with ``.contiguous()``).
+    b : torch.Tensor
+        [K, N] float32 on the same device; any strides (packed likewise).
+    out : torch.Tensor
+        [M, N] contiguous float32 on the same device; overwritten.
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``.
+    """
+    return _matmul("cuda_naive", a, b, out)
+
+
+def cuda_coalesced(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    """C = A @ B, one thread per output with threadIdx.x walking N (coalesced). Arguments as :func:`cuda_naive`."""
+    return _matmul("cuda_coalesced", a, b, out)
+
+
+def cuda_smem(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor, tile: int = 32) -> torch.Tensor:
+    """C = A @ B through TILE x TILE shared-memory tiles, one thread per output.
+
+    Arguments as :func:`cuda_naive`, plus ``tile`` : int, the tile edge (8, 16 or 32).
+    """
+    return _matmul("cuda_smem", a, b, out, tile)
+
+
+def cuda_blocktile1d(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    """C = A @ B, 64 x 64 block tiles, 8 outputs of a column per thread. Arguments as :func:`cuda_naive`."""
+    return _matmul("cuda_blocktile1d", a, b, out)
+
+
+def cuda_blocktile2d(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    """C = A @ B, 128 x 128 block tiles, an 8 x 8 block of outputs per thread. Arguments as :func:`cuda_naive`."""
+    return _matmul("cuda_blocktile2d", a, b, out)
+
+
+def cuda_vectorized(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    """C = A @ B, 2-D register blocking with float4 global and shared loads. Arguments as :func:`cuda_naive`."""
+    return _matmul("cuda_vectorized", a, b, out)
+
+
+def cuda_warptile(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    """C = A @ B, block / warp / thread tiling with two shared-memory stages. Arguments as :func:`cuda_naive`."""
+    return _matmul("cuda_warptile", a, b, out)
