@@ -260,7 +260,9 @@ def _bench(args, families: list[str], store, command: str) -> tuple[int, list[di
     timer = TimerConfig(rel_spread=args.rel_spread, max_seconds=args.max_seconds, graph=args.graph)
     rows: list[dict] = []
     status = "finished"
-    total = sum(len(s) * len(d) * len(contenders(f, args.variant, not args.no_peers)) for f, s, d in plan)
+    total = sum(len(s) * sum(1 for c in contenders(f, args.variant, not args.no_peers) for dt in d
+                             if c.role != "rung" or f.rung(c.name).dtypes in (None, ()) or dt in f.rung(c.name).dtypes)
+                for f, s, d in plan)
     try:
         with Progress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=_console(stderr=True), transient=True, disable=args.json) as prog:

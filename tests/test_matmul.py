@@ -193,3 +193,25 @@ def test_kw_tune_needs_a_gpu_and_names_tunable_rungs(capsys):
     assert "CUDA GPU" in capsys.readouterr().err
     assert main(["tune", "matmul", "--variant", "triton_tiled"]) == 2
     assert "triton_autotuned" in capsys.readouterr().err
+
+
+# --- kw inspect: compiled artifacts, no GPU -----------------------------------------------------------------------
+def test_kw_inspect_shows_tensor_cores_for_triton_and_ffma_for_cuda_c(capsys):
+    pytest.importorskip("cuda.core", reason="CUDA C rungs compile through cuda-core's NVRTC")
+    assert main(["inspect", "matmul", "--variant", "triton_autotuned", "--shape", "512", "--dtype", "fp16",
+                 "--json"]) == 0
+    (kern,) = json.loads(capsys.readouterr().out)["kernels"]
+    assert kern["registers"] > 0 and kern["dynamic_smem"] > 0
+    if kern["mix"] is not None:  # the disassembler is in the test extra; without it the report says so
+        assert kern["mix"]["classes"]["tensor-core MMA"] > 0
+    assert main(["inspect", "matmul", "--variant", "cuda_vectorized", "--shape", "4096"]) == 0
+    text = capsys.readouterr().out
+    assert "cuda_vectorized" in text and "occupancy" in text and "registers" in text
+
+
+def test_kw_inspect_bad_requests(capsys):
+    assert main(["inspect", "matmul", "--variant", "cuda_naive", "--dtype", "fp16"]) == 2
+    assert "takes float32 only" in capsys.readouterr().err
+    assert main(["inspect", "softmax", "--variant", "fused"]) == 2
+    assert "no compiled artifacts" in capsys.readouterr().err
+    assert main(["inspect", "matmul", "--variant", "nope"]) == 2

@@ -80,10 +80,12 @@ def bench_family(
             bound_s, bound = ceilings.bound_seconds(flops, nbytes, family.flop_unit, dtype_name(dtype))
             base_ms = below_ms = None
             for c in people:
+                rung = family.rung(c.name) if c.role == "rung" else None
+                if rung and rung.dtypes is not None and dtype not in rung.dtypes:
+                    continue  # not a limit of this case: the rung is not for this dtype at all (no row)
                 if on_step:
                     on_step(f"{family.name} {c.name} {family.format_size(size)} {dtype_name(dtype)}")
                 row = _row(family, c, case, dtype, flops, nbytes, bound, seed)
-                rung = family.rung(c.name) if c.role == "rung" else None
                 reason = c.unavailable or (rung.refusal(size, case.kwargs, dtype) if rung else None)
                 if reason:
                     row["note"] = reason

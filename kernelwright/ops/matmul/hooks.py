@@ -93,9 +93,8 @@ def _specialize(sig: dict[str, str], ints: dict[str, int], consts: dict) -> tupl
 
 
 def _triton_artifacts(rung: str, size, dtype) -> list:
-    """The kernel the rung launches for ``size`` (row-major inputs): the cached tuned config if there is one, else
-    its default. The persistent rung is shown with its pointer-load path (TMA descriptors are built from live
-    tensors)."""
+    """The kernel the rung launches for ``size`` (row-major inputs) on an sm_90 GPU: the cached tuned config if
+    there is one, else its default."""
     import dataclasses
 
     import triton
@@ -115,9 +114,17 @@ def _triton_artifacts(rung: str, size, dtype) -> list:
         fn, grid = T._persistent_kernel, (min(tiles, 132),)
         sig = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr}
         ints.update(stride_cm=n, stride_cn=1)
-        common.update(a_desc=None, b_desc=None, c_desc=None, NUM_PROGRAMS=grid[0], USE_TMA=False, A_T=False,
-                      B_T=False)
-        note += "; pointer-load path"
+        elt = T._elt(dtype)
+        tma = (k * elt) % 16 == 0 and (n * elt) % 16 == 0  # row strides TMA can address (as _descriptor checks)
+        common.update(NUM_PROGRAMS=grid[0], USE_TMA=tma, A_T=False, B_T=False)
+        if tma:
+            t = ptr[1:]
+            sig.update(a_desc=f"tensordesc<{t}[{cfg.BM}, {cfg.BK}]>", b_desc=f"tensordesc<{t}[{cfg.BK}, {cfg.BN}]>",
+                       c_desc=f"tensordesc<{t}[{cfg.BM}, {cfg.BN}]>")
+            note += "; TMA path (Hopper)"
+        else:
+            common.update(a_desc=None, b_desc=None, c_desc=None)
+            note += "; pointer-load path (row strides not 16-byte multiples)"
     elif rung == "triton_splitk" and cfg.split_k > 1:
         fn, grid = T._splitk_kernel, (tiles, cfg.split_k)
         sig = {"a_ptr": ptr, "b_ptr": ptr, "ws_ptr": "*fp32"}
