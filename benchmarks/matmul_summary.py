@@ -1,27 +1,24 @@
-"""The matmul numbers the issue asks for, from `kw bench matmul --json` files: per size and dtype, every rung's
-TFLOP/s and its ratio to torch.matmul (cuBLAS) measured in the same run, the best Triton rung, and wrong rows.
+"""The matmul numbers the issue asks for, from a results database (rows are stored one by one, so a sweep cut
+short still counts): per run, size and dtype, every rung's TFLOP/s and its ratio to torch.matmul (cuBLAS)
+measured in the same run, the best Triton rung, and wrong rows.
 
-    python benchmarks/matmul_summary.py bench_half.json bench_fp32.json
+    python benchmarks/matmul_summary.py kernelwright.db
 """
 
-import json
 import sys
 from collections import defaultdict
 
-rows = []
-for path in sys.argv[1:]:
-    try:
-        with open(path) as fh:
-            rows += json.load(fh)["rows"]
-    except (OSError, ValueError, KeyError) as e:
-        print(f"{path}: unreadable ({e})")
+from kernelwright.store.db import Store
+
+store = Store(sys.argv[1])
+rows = [dict(r, run=run["id"]) for run in reversed(store.runs()) for r in store.rows(run["id"], family="matmul")]
 groups = defaultdict(list)
 for r in rows:
-    groups[(r["dtype"], r["size"])].append(r)
-for (dtype, size), rs in groups.items():
+    groups[(r["run"], r["dtype"], r["size"])].append(r)
+for (run, dtype, size), rs in groups.items():
     torch_row = next((r for r in rs if r["variant"] == "torch" and r.get("median_ms")), None)
     base = torch_row["median_ms"] if torch_row else None
-    print(f"\n{dtype} {size}: torch.matmul "
+    print(f"\nrun {run} {dtype} {size}: torch.matmul "
           + (f"{torch_row['tflops']:.1f} TFLOP/s ({base * 1e3:.1f} us)" if torch_row else "missing"))
     best = None
     for r in rs:

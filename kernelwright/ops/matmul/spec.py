@@ -70,8 +70,18 @@ TRITON_RUNGS = (
         "second kernel adds them in a fixed order (deterministic, no atomics). The product is memory-bound "
         "there (B is read once): predicted >= 85% of cuBLAS, i.e. streaming B near the copy bandwidth.",
         tune=f"{_I}:tune_splitk", artifacts=f"{_I}:triton_artifacts_splitk",
+        limit=lambda size, kwargs: splitk_limit(size),
     ),
 )
+
+
+SPLITK_MAX_M = 512
+
+
+def splitk_limit(size) -> str | None:
+    if size and size[0] > SPLITK_MAX_M:
+        return f"triton_splitk: for skinny products (M <= {SPLITK_MAX_M}); M = {size[0]} has tiles enough"
+    return None
 
 
 def parse_size(text: str) -> tuple[int, int, int]:
