@@ -138,6 +138,11 @@ class Family:
     """rung names best-first for a case; default: the ladder from the top"""
     scale_axis: tuple[str, Callable[[tuple[int, ...]], float]] | None = None
     """(label, size -> x) for the report's scaling chart; default: minimum bytes moved"""
+    multi_output: bool = False
+    """``True``: ``out_shape`` returns a list of shapes, rungs take and return a tuple of ``out`` buffers and the
+    reference returns a tuple (a backward pass: dx, dweight)"""
+    out_dtype: Callable[[Case, torch.dtype], torch.dtype | list[torch.dtype]] | None = None
+    """the output dtype(s) for inputs of a dtype (default: the same; a loss may be float32 whatever the input)"""
     error_scale: Callable[..., torch.Tensor] | None = None
     """``error_scale(*args, **kwargs)`` on float64 inputs: the per-element magnitude that accumulation errors
     scale with (see :class:`Tolerance`); ``None``: errors scale with the result itself"""

@@ -100,3 +100,31 @@ def test_distributions_and_layouts():
 def test_fresh_values_each_trial():
     a, b = _case(), _case()
     assert not torch.equal(a.args[0], b.args[0])
+
+
+def test_multi_output_family_checks_every_output():
+    import dataclasses
+
+    two = dataclasses.replace(
+        FAM, name="sum_and_product", reference=lambda x, y: (x + y, x * y), multi_output=True,
+        out_shape=lambda case: [tuple(case.args[0].shape)] * 2,
+        out_dtype=lambda case, dtype: [dtype, torch.float32])
+
+    def both(x, y, *, out):
+        s, p = out
+        torch.add(x, y, out=s)
+        p.copy_(x.float() * y.float())
+        return out
+
+    def forgets_second(x, y, *, out):
+        torch.add(x, y, out=out[0])
+        return out
+
+    def wrong_dtype_second(x, y, *, out):
+        return (torch.add(x, y, out=out[0]), (x * y).half())
+
+    case = _case(dtype=torch.bfloat16)
+    assert check_case(two, both, case, torch.bfloat16).ok
+    cmp = check_case(two, forgets_second, case, torch.bfloat16)
+    assert not cmp.ok and cmp.reason.startswith("output 1:") and "NaN" in cmp.reason
+    assert not check_case(two, wrong_dtype_second, case, torch.bfloat16).ok

@@ -16,10 +16,10 @@ import torch
 
 from kernelwright import runtime
 from kernelwright.errors import Unavailable
-from kernelwright.harness.inputs import dtype_name, generator, poisoned_like
+from kernelwright.harness.inputs import dtype_name, generator
 from kernelwright.harness.roofline import Ceilings
 from kernelwright.harness.timing import TimerConfig, time_fn
-from kernelwright.harness.verify import compare, error_scale, reference64
+from kernelwright.harness.verify import compare_outputs, error_scale, new_outputs, reference64
 from kernelwright.registry import Case, Family
 
 
@@ -122,7 +122,7 @@ def _measure(row: dict, c: Contender, family: Family, case: Case, dtype, ref, sc
     device = runtime.current_device()
     try:
         call = _caller(c, family, case, dtype, device)
-        cmp = compare(call(), ref, family.tolerances[dtype], scale)
+        cmp = compare_outputs(family, call(), ref, scale, dtype)
     except Exception as e:  # report, don't crash the sweep
         row["note"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         # a rung of ours that raises is a bug (exit code 1); a peer that rejects a shape is its limit
@@ -144,7 +144,7 @@ def _measure(row: dict, c: Contender, family: Family, case: Case, dtype, ref, sc
 def _caller(c: Contender, family: Family, case: Case, dtype, device) -> Callable[[], torch.Tensor]:
     """A no-argument call of ``c`` on ``case`` returning its output (rungs write a poisoned buffer)."""
     if c.takes_out:
-        out = poisoned_like(family.out_shape(case), dtype, device)
+        out = new_outputs(family, case, dtype, device)
         return lambda: c.fn(*case.args, out=out, **case.kwargs)
     return lambda: c.fn(*case.args, **case.kwargs)
 

@@ -7,6 +7,7 @@ output dtype) has none, when two runs on the same input disagree (a race), or wh
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -111,30 +112,70 @@ def _tensors(args: tuple) -> list[torch.Tensor]:
     return [a for a in args if isinstance(a, torch.Tensor)]
 
 
+def new_outputs(family: Family, case: Case, dtype: torch.dtype, device):
+    """Poisoned output buffer(s) for ``case``: one tensor, or a tuple when the family has several outputs."""
+    shapes, dtypes = output_spec(family, case, dtype)
+    outs = tuple(poisoned_like(s, d, device) for s, d in zip(shapes, dtypes, strict=True))
+    return outs if family.multi_output else outs[0]
+
+
+def output_spec(family: Family, case: Case, dtype: torch.dtype) -> tuple[list, list]:
+    """(shapes, dtypes) of the outputs, as lists even for one output."""
+    shapes = family.out_shape(case)
+    shapes = list(shapes) if family.multi_output else [shapes]
+    dtypes = family.out_dtype(case, dtype) if family.out_dtype else dtype
+    dtypes = list(dtypes) if isinstance(dtypes, (list, tuple)) else [dtypes] * len(shapes)
+    return shapes, dtypes
+
+
+def _as_tuple(x) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def compare_outputs(family: Family, outs, refs, scales, dtype: torch.dtype) -> Comparison:
+    """:func:`compare` for every output (each against the tolerance of its own dtype); the first failure, else
+    the worst errors."""
+    outs, refs = _as_tuple(outs), _as_tuple(refs)
+    scales = _as_tuple(scales) if scales is not None else (None,) * len(refs)
+    if len(outs) != len(refs):
+        return Comparison(False, math.inf, math.inf, f"{len(outs)} output(s), expected {len(refs)}")
+    worst = Comparison(True, 0.0, 0.0)
+    for i, (o, r, sc) in enumerate(zip(outs, refs, scales, strict=True)):
+        tol = family.tolerances.get(o.dtype, family.tolerances[dtype])
+        c = compare(o, r, tol, sc)
+        if not c.ok:
+            return dataclasses.replace(c, reason=(f"output {i}: " if len(outs) > 1 else "") + c.reason)
+        worst = Comparison(True, max(worst.max_abs, c.max_abs), max(worst.rel_norm, c.rel_norm))
+    return worst
+
+
 def check_case(family: Family, fn: Callable, case: Case, dtype: torch.dtype, *, takes_out: bool = True) -> Comparison:
     """Run ``fn`` twice on ``case`` into poisoned outputs and judge it; see the module docstring."""
     snapshots = [t.clone() for t in _tensors(case.args)]
     ref = reference64(family, case)
     device = next((t.device for t in snapshots), "cpu")
+    _, want_dtypes = output_spec(family, case, dtype)
     outs = []
     for _ in range(2):
         if takes_out:
-            out = poisoned_like(family.out_shape(case), dtype, device)
+            out = new_outputs(family, case, dtype, device)
             ret = fn(*case.args, out=out, **case.kwargs)
-            if ret is not None and ret is not out:
+            if ret is not None and not all(a is b for a, b in zip(_as_tuple(ret), _as_tuple(out), strict=False)):
                 return Comparison(False, math.inf, math.inf, "returned a tensor other than the out= buffer")
         else:
             out = fn(*case.args, **case.kwargs)
         for before, after in zip(snapshots, _tensors(case.args), strict=True):
             if not same_values(before, after):
                 return Comparison(False, math.inf, math.inf, "an input changed during the call")
-        outs.append(out)
-    if outs[0].dtype != dtype:
-        return Comparison(False, math.inf, math.inf, f"output dtype {outs[0].dtype} != {dtype}")
-    if not same_values(outs[0], outs[1]):
-        n = int((outs[0] != outs[1]).sum())
-        return Comparison(False, math.inf, math.inf, f"two runs on the same input differ in {n} element(s): a race")
-    return compare(outs[0], ref, family.tolerances[dtype], error_scale(family, case))
+        outs.append(_as_tuple(out))
+    for i, (o, want) in enumerate(zip(outs[0], want_dtypes, strict=False)):
+        if o.dtype != want:
+            return Comparison(False, math.inf, math.inf, f"output {i} dtype {o.dtype} != {want}")
+    for o0, o1 in zip(outs[0], outs[1], strict=True):
+        if not same_values(o0, o1):
+            n = int((o0 != o1).sum())
+            return Comparison(False, math.inf, math.inf, f"two runs on the same input differ in {n} element(s): a race")
+    return compare_outputs(family, outs[0], ref, error_scale(family, case), dtype)
 
 
 def verify(

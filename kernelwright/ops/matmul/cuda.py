@@ -13,21 +13,29 @@ The two float4 rungs (``cuda_vectorized``, ``cuda_warptile``) have two entry poi
 global accesses) when K % 4 == N % 4 == 0 and A, B and C are 16-byte aligned, else ``*_scalar`` (the same
 kernel, predicated scalar global accesses). Both zero-fill tile borders, so ragged shapes are exact.
 
-Tile parameters (configs are data: ``CONFIGS``, ``warptile_config``):
+Tile parameters (configs are data: ``CONFIGS``, ``WARPTILE_SMALL``; :func:`config` picks per shape):
 
 * naive / coalesced: 32 x 32 threads, one output each.
 * smem: TILE x TILE threads and tiles, TILE = 32 by default (8 and 16 for the tile-size experiment).
 * blocktile1d: 64 x 64 outputs per block, BK = 8, 8 outputs per thread, so 512 threads that each copy exactly
   one element of each tile.
 * blocktile2d, vectorized: 128 x 128 outputs per block, BK = 8, 8 x 8 outputs per thread, 256 threads.
-* warptile (Hopper: 132 SMs, 64K registers and 228 KB shared memory per SM): 128 x 128 outputs per block,
-  BK = 16, 256 threads as 8 warps of 64 x 32 outputs (2 x 4 warps), each warp tile done as 2 x 2 sub-tiles of
-  32 x 16 in which the 32 lanes (8 x 4) own 4 x 4 blocks; so 8 x 8 = 64 accumulators per thread. Registers are
-  the limiter: 64 accumulators + 16 operands + 16 for the next tile's global loads + addresses fit in 128
-  registers, so ``__launch_bounds__(256, 2)`` keeps 2 blocks (16 warps) per SM; shared memory is 2 stages x
-  16 x (132 + 128) floats = 33 KB per block, far from the limit. Per k step a thread issues 4 float4 shared
-  loads for 64 FMAs, and each of a warp's shared loads is one contiguous 128-byte (A) or 64-byte (B) span, so
-  conflict-free. At 4096^3, 1024 blocks over 264 resident slots make 3.9 waves (the last 88% full).
+* warptile, chosen for Hopper (132 SMs; per SM 64K registers, 228 KB shared memory, 4 schedulers issuing one
+  warp instruction per clock, so the FMA pipes stay full only if almost every issued instruction is an FFMA):
+  128 x 256 outputs per block, BK = 16, 256 threads = 8 warps as 2 x 4 warp tiles of 64 x 64, each done as
+  4 x 2 sub-tiles of 16 x 32 in which the lanes (4 x 8) own 4 x 4 blocks: 128 accumulators per thread. Per k
+  step a thread issues 6 float4 shared loads for 128 FMAs (0.05 loads per FMA; the 8 x 8 thread tile of
+  cuda_vectorized: 0.06), and each of a warp's shared loads reads one contiguous 64- or 128-byte span.
+  Registers decide occupancy: ~225 per thread (128 accumulators, 24 operands, addresses) is one block of 8 warps
+  per SM; the 128 independent accumulators per thread give each warp the instruction-level parallelism that a
+  second block would have, and cp.async keeps two more tiles in flight without holding registers. Shared
+  memory: 3 stages x 16 x (132 + 256) floats = 74.5 KB per block (above 48 KB, so the launcher raises the
+  function's dynamic limit). At 4096^3 that is 512 blocks, 3.9 waves over 132 SMs. Measured while choosing
+  (H200, 4096^3, TF32 off): 128 x 128 tiles with 2 blocks per SM, register-staged double buffering, BK = 8 or
+  32, and 128-thread blocks all stayed at 0.67-0.78x cuBLAS; this config reached 0.85x.
+  When the large tiles would not fill one wave (fewer than 132 blocks, under ~2048^2 outputs), the rung takes
+  ``WARPTILE_SMALL``: 128 x 128 outputs, BK = 8, 4 stages, warp tiles 64 x 32, 64 accumulators and at most 128
+  registers per thread so 2 blocks share an SM: twice the blocks for the same output.
 """
 
 from __future__ import annotations
