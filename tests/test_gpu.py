@@ -46,3 +46,24 @@ def test_graph_and_event_timers_agree_on_a_medium_kernel():
     gr = time_fn(lambda: y.copy_(x), TimerConfig(graph="on"))
     assert gr.mode == "cuda-graph-warm-l2" and ev.mode == "cuda-events"  # no rotated input sets given
     assert abs(gr.median_ms / ev.median_ms - 1) < 0.25, (gr.median_ms, ev.median_ms)
+
+
+def test_host_launch_overhead_is_not_timed():
+    """A launcher that spends 40 us on the host before launching must time like the bare launch (the event pair
+    waits behind the blocking kernel), or Python-launched kernels would look slower than C++-launched ones."""
+    import time
+
+    from kernelwright.harness.timing import TimerConfig, time_fn
+
+    x = torch.randn(2**16, device="cuda")
+    y = torch.empty_like(x)
+
+    def slow_host():
+        t = time.perf_counter()
+        while time.perf_counter() - t < 40e-6:
+            pass
+        y.copy_(x)
+
+    bare = time_fn(lambda: y.copy_(x), TimerConfig(graph="off"))
+    slow = time_fn(slow_host, TimerConfig(graph="off"))
+    assert slow.median_ms < 1.5 * bare.median_ms + 0.003, (slow.median_ms, bare.median_ms)

@@ -3,7 +3,8 @@
 # Everything lands under $OUT (8 files at most come back). Bench rows are stored one by one in $OUT/kernelwright.db,
 # so a step cut short by its timeout keeps what it finished.
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/matmul.sh one   # GPU tests, kw tune, sweeps, tile experiment, inspect
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/matmul.sh two   # kw check, the fp32 sweep, the 512..8192 scaling sweep
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/matmul.sh two   # kw check, the 512..8192 scaling sweep, the
+#                                                            # largest cubes again side by side, the report
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed).
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
@@ -39,8 +40,15 @@ case "${1:-one}" in
         python3 -m kernelwright.cli inspect matmul --variant $v --shape 4096 --dtype $d; done; } > "$OUT/inspect.txt" 2>&1
     ;;
   two)
-    step 120 python3 -m kernelwright.cli check matmul
-    KW_AUTOTUNE=0 step 200 python3 -m kernelwright.cli bench matmul --dtypes bf16 --sizes 512..8192 --no-peers
+    step 60 python3 -m pytest -q -p no:cacheprovider -x tests/test_gpu.py tests/test_store_timing.py
+    step 150 python3 -m kernelwright.cli check matmul
+    # the scaling sweep (and 1000^3), every rung and torch, on the tune cache of call one
+    KW_AUTOTUNE=0 step 200 python3 -m kernelwright.cli bench matmul --dtypes bf16,fp16 --sizes 512..8192,1000 \
+      --max-seconds 1
+    # the largest cubes again with torch and the two best rungs only: a long sweep heats the GPU, and the rungs
+    # timed last in it ran throttled (run 5); here each follows torch within a second or two
+    KW_AUTOTUNE=0 step 60 python3 -m kernelwright.cli bench matmul --dtypes bf16,fp16 --sizes 4096,8192 \
+      --variant torch --variant triton_persistent --variant triton_autotuned --max-seconds 1
     python3 -m kernelwright.cli report -o "$OUT/report.html" >> "$LOG" 2>&1
     ;;
 esac

@@ -6,8 +6,9 @@ The CUDA method follows nvbench's "cold" measurement and Triton's ``do_bench``:
    autotuning and clock ramp-up stay out of the samples;
 2. before every sample, overwrite a buffer of at least twice the L2 size (allocated once, outside the timed
    span), so each sample reads its inputs from device memory, as a real model's next layer would;
-3. one CUDA event pair around each launch; draw samples in batches until the relative IQR (IQR / median)
-   falls under ``rel_spread`` or ``max_seconds`` pass;
+3. one CUDA event pair around each launch, queued behind a short spin kernel (nvbench's blocking kernel) so
+   the host's launch overhead is not in the sample; draw samples in batches until the relative IQR
+   (IQR / median) falls under ``rel_spread`` or ``max_seconds`` pass;
 4. keep median, IQR, min and every raw sample.
 
 ``graph`` mode captures ``reps`` back-to-back calls into a CUDA graph and times each replay, for kernels too
@@ -121,9 +122,16 @@ def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device:
     return t
 
 
+# nvbench's "blocking kernel": a spin of ~100 us at boost clock queued before the start event keeps the GPU busy
+# while the host runs the launch code (a Python launcher can take 20-60 us), so the event pair measures the
+# kernel, not the host's launch latency. Without it a 6 us kernel launched from Python times as ~25 us.
+_HOLD_CYCLES = 200_000
+
+
 def _event_sample(fn, flush: bool) -> tuple[torch.cuda.Event, torch.cuda.Event]:
     if flush:
         _l2_flush_buffer().zero_()
+    torch.cuda._sleep(_HOLD_CYCLES)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     fn()
