@@ -10,6 +10,10 @@ from pathlib import Path
 
 
 def git_state(path: str | Path | None = None) -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the checkout; ``$KW_GIT_COMMIT`` wins when set: a tree copied to a remote GPU box may
+    carry a ``.git`` whose HEAD is older than the files that travelled with it."""
+    if os.environ.get("KW_GIT_COMMIT"):
+        return os.environ["KW_GIT_COMMIT"], None
     cwd = str(path or Path(__file__).resolve().parents[2])
     try:
         head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=cwd, capture_output=True,
@@ -22,8 +26,6 @@ def git_state(path: str | Path | None = None) -> tuple[str | None, bool | None]:
         dirty = bool(dirty) if commit else None
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
-    if commit is None and os.environ.get("KW_GIT_COMMIT"):  # a copied tree without .git (a remote GPU box)
-        return os.environ["KW_GIT_COMMIT"], None
     return commit, dirty
 
 
