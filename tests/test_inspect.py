@@ -1,6 +1,7 @@
 """Kernel inspection from cubins, no GPU: the occupancy calculator against hand-worked cases, resources and SASS
 of NVRTC cubins against ptxas's own report, Triton kernels compiled under the CPU interpreter, missing tools."""
 
+import functools
 import io
 import json
 import os
@@ -137,6 +138,7 @@ def sass_tool():
         pytest.skip("no disassembler: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the test extra)")
 
 
+@functools.cache  # on the H200 (cuda-core 1.2.0) a second compile of one source came back without the log
 def ptxas_says(source: str, max_register_count: int | None = None) -> dict[str, dict[str, int]]:
     """What ptxas -v reports per kernel when it compiles ``source`` (the compiler's own word, to check against)."""
     from cuda.core import Program, ProgramOptions
@@ -150,6 +152,7 @@ def ptxas_says(source: str, max_register_count: int | None = None) -> dict[str, 
         numbers = {key: int(n) for n, key in re.findall(r"(\d+) (?:bytes )?(stack frame|spill stores|spill loads|"
                                                         r"registers|bytes smem)", chunk)}
         facts[name] = numbers
+    assert facts, f"no ptxas -v log came back: {log.getvalue()!r}"
     return facts
 
 

@@ -309,7 +309,7 @@ MIX_CLASSES = (
     "cp.async (LDGSTS)", "TMA / bulk copy", "local memory (LDL/STL)", "atomics",
     "warp shuffle/vote", "barriers & fences", "branches & control", "integer & address", "other",
 )
-MEMORY_CLASSES = MIX_CLASSES[4:11]
+MEMORY_CLASSES = (*MIX_CLASSES[4:9], MIX_CLASSES[10])  # per-thread accesses with a width (a TMA copy moves a tile)
 _CLASS_OF = {
     **dict.fromkeys(("FFMA", "FFMA2"), MIX_CLASSES[1]),
     **dict.fromkeys(("FADD", "FADD2", "FMUL", "FMUL2", "FMNMX", "FSETP", "FSET", "FSEL", "FCHK", "FRND", "FSWZADD",
