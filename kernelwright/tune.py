@@ -18,6 +18,7 @@ a corrupt file or one in another format is ignored with a warning and rebuilt.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -239,8 +240,23 @@ def tune(space: Space, size: tuple[int, ...], dtype: torch.dtype, make_call: Cal
     return TuneResult(space.name, key, best, best_ms, "tuned", trials)
 
 
+_suspended = 0
+
+
 def autotune_enabled() -> bool:
-    return runtime.current_device() == "cuda" and os.environ.get("KW_AUTOTUNE", "1") != "0"
+    return runtime.current_device() == "cuda" and os.environ.get("KW_AUTOTUNE", "1") != "0" and not _suspended
+
+
+@contextlib.contextmanager
+def suspended():
+    """No tuning inside (cached winners and defaults still apply): checking correctness on dozens of fuzz shapes
+    must not time a config space for each one."""
+    global _suspended
+    _suspended += 1
+    try:
+        yield
+    finally:
+        _suspended -= 1
 
 
 def best(space: Space, size: tuple[int, ...], dtype: torch.dtype,

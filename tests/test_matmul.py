@@ -215,3 +215,17 @@ def test_kw_inspect_bad_requests(capsys):
     assert main(["inspect", "softmax", "--variant", "fused"]) == 2
     assert "no compiled artifacts" in capsys.readouterr().err
     assert main(["inspect", "matmul", "--variant", "nope"]) == 2
+
+
+def test_verification_never_tunes(monkeypatch):
+    monkeypatch.setattr(tune.runtime, "current_device", lambda: "cuda")
+    monkeypatch.delenv("KW_AUTOTUNE", raising=False)
+    assert tune.autotune_enabled()
+    with tune.suspended():
+        assert not tune.autotune_enabled()  # kw check on dozens of fuzz shapes uses cached or default configs
+    assert tune.autotune_enabled()
+
+
+def test_unaligned_shapes_get_their_own_tuning_bucket():
+    assert T._bucket((1000, 1000, 1000)) != T._bucket((1024, 1024, 1024))
+    assert T._bucket((1008, 1008, 1008)) == T._bucket((1024, 1024, 1024))

@@ -51,6 +51,16 @@ case "${1:-one}" in
       --variant torch --variant triton_persistent --variant triton_autotuned --max-seconds 1
     python3 -m kernelwright.cli report -o "$OUT/report.html" >> "$LOG" 2>&1
     ;;
+  three)
+    # after the timer fix (847c3a4) and the alignment-aware tune buckets: retune the small cubes (their run-5
+    # configs were picked on host-inflated timings) and 1000^3, then bench them; kw check with tuning suspended
+    step 90 python3 -m kernelwright.cli tune matmul --variant triton_autotuned --variant triton_persistent \
+      --dtypes bf16,fp16 --shapes 512,1024,1000 --force
+    tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
+    KW_AUTOTUNE=0 step 40 python3 -m kernelwright.cli bench matmul --dtypes bf16,fp16 --sizes 512,1024,1000 \
+      --variant torch --variant triton_autotuned --variant triton_persistent --variant triton_grouped --max-seconds 1
+    step 100 python3 -m kernelwright.cli check matmul
+    ;;
 esac
 python3 benchmarks/matmul_summary.py "$OUT/kernelwright.db" > "$OUT/summary.txt" 2>&1
 grep -E "best Triton|WRONG|cuda_warptile|torch.matmul" "$OUT/summary.txt" | head -60

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from kernelwright import tune
 from kernelwright.harness.inputs import DISTRIBUTIONS, LAYOUTS, dtype_name, generator, poisoned_like
 from kernelwright.registry import Case, Family, Rung, Tolerance
 
@@ -196,6 +197,11 @@ def verify(
     both lists, so every layout and distribution is covered once there are more shapes than either list.
     Unavailable rungs are skipped (the CLI lists them with their reason). Returns one result per trial.
     """
+    with tune.suspended():
+        return _verify(family, rungs, dtypes, device, distributions, layouts, shapes, seed, on_result)
+
+
+def _verify(family, rungs, dtypes, device, distributions, layouts, shapes, seed, on_result) -> list[CheckResult]:
     rungs = [r for r in (rungs or family.rungs) if not r.unavailable_reason()]
     dtypes = list(dtypes or family.dtypes)
     shapes = shapes if shapes is not None else family.fuzz()

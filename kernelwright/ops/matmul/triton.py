@@ -198,8 +198,11 @@ def _prune(cfg: MatmulConfig, size, dtype, limits: tune.Limits) -> str | None:
 
 
 def _bucket(size) -> str:
+    """Powers of two at or above M, N, K, plus whether N and K are multiples of 16: Triton compiles other code for
+    rows it cannot assume 16-aligned (narrow loads, no TMA), so a 1000^3 product must not reuse 1024^3's tile."""
     m, n, k = size
-    return f"m{tune.pow2_bucket(m)}-n{tune.pow2_bucket(n)}-k{tune.pow2_bucket(k)}"
+    aligned = "" if n % 16 == 0 and k % 16 == 0 else "-unaligned"
+    return f"m{tune.pow2_bucket(m)}-n{tune.pow2_bucket(n)}-k{tune.pow2_bucket(k)}{aligned}"
 
 
 _TILES = (  # (BM, BN, BK, warps, stages): shapes known to suit wgmma/mma pipelines, big to small
