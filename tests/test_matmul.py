@@ -229,3 +229,8 @@ def test_verification_never_tunes(monkeypatch):
 def test_unaligned_shapes_get_their_own_tuning_bucket():
     assert T._bucket((1000, 1000, 1000)) != T._bucket((1024, 1024, 1024))
     assert T._bucket((1008, 1008, 1008)) == T._bucket((1024, 1024, 1024))
+
+
+def test_dispatch_prefers_tma_for_rows_only_16_byte_aligned():
+    assert get_family("matmul").preferred((1000, 1000, 1000), {})[0] == "triton_persistent"
+    assert get_family("matmul").preferred((127, 131, 129), {})[0] == "triton_autotuned"
