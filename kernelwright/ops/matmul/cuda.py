@@ -20,22 +20,23 @@ Tile parameters (configs are data: ``CONFIGS``, ``WARPTILE_SMALL``; :func:`confi
 * blocktile1d: 64 x 64 outputs per block, BK = 8, 8 outputs per thread, so 512 threads that each copy exactly
   one element of each tile.
 * blocktile2d, vectorized: 128 x 128 outputs per block, BK = 8, 8 x 8 outputs per thread, 256 threads.
-* warptile, chosen for Hopper (132 SMs; per SM 64K registers, 228 KB shared memory, 4 schedulers issuing one
-  warp instruction per clock, so the FMA pipes stay full only if almost every issued instruction is an FFMA):
-  128 x 256 outputs per block, BK = 16, 256 threads = 8 warps as 2 x 4 warp tiles of 64 x 64, each done as
-  4 x 2 sub-tiles of 16 x 32 in which the lanes (4 x 8) own 4 x 4 blocks: 128 accumulators per thread. Per k
-  step a thread issues 6 float4 shared loads for 128 FMAs (0.05 loads per FMA; the 8 x 8 thread tile of
-  cuda_vectorized: 0.06), and each of a warp's shared loads reads one contiguous 64- or 128-byte span.
-  Registers decide occupancy: ~225 per thread (128 accumulators, 24 operands, addresses) is one block of 8 warps
-  per SM; the 128 independent accumulators per thread give each warp the instruction-level parallelism that a
-  second block would have, and cp.async keeps two more tiles in flight without holding registers. Shared
-  memory: 3 stages x 16 x (132 + 256) floats = 74.5 KB per block (above 48 KB, so the launcher raises the
-  function's dynamic limit). At 4096^3 that is 512 blocks, 3.9 waves over 132 SMs. Measured while choosing
-  (H200, 4096^3, TF32 off): 128 x 128 tiles with 2 blocks per SM, register-staged double buffering, BK = 8 or
-  32, and 128-thread blocks all stayed at 0.67-0.78x cuBLAS; this config reached 0.85x.
-  When the large tiles would not fill one wave (fewer than 132 blocks, under ~2048^2 outputs), the rung takes
-  ``WARPTILE_SMALL``: 128 x 128 outputs, BK = 8, 4 stages, warp tiles 64 x 32, 64 accumulators and at most 128
-  registers per thread so 2 blocks share an SM: twice the blocks for the same output.
+* warptile, chosen for Hopper (132 SMs; per SM 64K registers, 228 KB shared memory and 4 schedulers that
+  issue one warp instruction per clock, so the FMA pipes stay full only if nearly every instruction issued is
+  an FFMA): 128 x 256 outputs per block, BK = 8, 256 threads = 8 warps as 2 x 4 warp tiles of 64 x 64, each
+  done as 4 x 2 sub-tiles of 16 x 32 in which the lanes (4 x 8) own 4 x 4 blocks: 128 accumulators per
+  thread. Per k step a thread issues 6 float4 shared loads for 128 FMAs (0.05 per FMA; cuda_vectorized's 8 x 8
+  thread tile: 0.06), and each of a warp's shared loads reads one contiguous 64- or 128-byte span. Registers
+  decide occupancy: ~225 per thread (128 accumulators, 24 operands, addresses) allows one block of 8 warps per
+  SM; the 128 independent accumulators give each warp the instruction-level parallelism a second block would,
+  and cp.async keeps 3 tiles in flight without holding registers: 4 stages x 8 x (132 + 256) floats = 49.7 KB
+  of shared memory (above 48 KB: the launcher raises the function's dynamic limit). At 4096^3: 512 blocks, 3.9
+  waves. Measured while choosing (H200, 4096^3, TF32 off, cuBLAS 50 TFLOP/s): this config 42.5 TFLOP/s (0.84x);
+  BK = 16 with 3 stages 40.3; 128 x 128 tiles with 2 blocks per SM 36-39; 64 x 64 tiles 32; register-staged
+  double buffering instead of cp.async 36-38; everything else tried 33-38.
+  Below 3/4 of a wave of large tiles, :func:`config` takes ``WARPTILE_SMALL``: 64 x 64 outputs per block,
+  BK = 16, 3 stages, 128 threads as 2 x 2 warp tiles of 32 x 32 (64 accumulators, ~120 registers), so 4 blocks
+  share an SM and a 1024^2 output still makes 256 blocks (22.6 TFLOP/s at 1024^3 against 9.6 for the large
+  tiles, which leave 100 of the 132 SMs idle).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def smem_config(tile: int = 32) -> LaunchConfig:
     return LaunchConfig("cuda_smem", (tile, tile), (tile, tile), (("TILE", tile),))
 
 
-def warptile_config(nt=256, bm=128, bn=256, bk=16, wm=64, wn=64, wniter=2, tm=4, tn=4, stages=3,
+def warptile_config(nt=256, bm=128, bn=256, bk=8, wm=64, wn=64, wniter=2, tm=4, tn=4, stages=4,
                     minblocks=1) -> LaunchConfig:
     """A ``cuda_warptile`` config; the defaults are the large-shape Hopper choice of the module docstring.
 
@@ -113,9 +114,10 @@ CONFIGS: dict[str, LaunchConfig] = {
     "cuda_vectorized": LaunchConfig("cuda_vectorized", (256, 1), (128, 128), _TILE2D, vec4=True),
     "cuda_warptile": warptile_config(),
 }
-# cuda_warptile below one full wave of large tiles: smaller tiles and 2 blocks per SM keep more SMs busy
-WARPTILE_SMALL = warptile_config(bn=128, wn=32, bk=8, stages=4, minblocks=2)
-_SMS = 132  # H200 / H100 SXM multiprocessors: the wave size the warptile choice is tuned for
+
+# cuda_warptile when the large tiles would leave SMs idle: 8x the blocks, 4 per SM
+WARPTILE_SMALL = warptile_config(nt=128, bm=64, bn=64, bk=16, wm=32, wn=32, stages=3, minblocks=4)
+_SMS = 132  # H200 / H100 SXM multiprocessors: the wave the warptile choice was tuned for
 
 NOTES: dict[str, str] = {
     "cuda_naive": (
@@ -155,10 +157,13 @@ NOTES: dict[str, str] = {
         "(still half the SMs idle there)."
     ),
     "cuda_warptile": (
-        "A warp tile (64 x 32, as 2 x 2 sub-tiles of 32 x 16 with lanes on adjacent 4 x 4 blocks) between the "
-        "block and thread tiles makes every shared load conflict-free and broadcast, BK grows to 16 and two "
-        "shared-memory stages overlap the next tile's global loads with the FMAs. Predicted: ~1.6x over "
-        "vectorized at 4096^3 (~40 TFLOP/s, ~0.8x cuBLAS), ~1.3x at 1024^3 (still 64 blocks for 132 SMs)."
+        "Adds a warp tile between the block and thread tiles (a warp owns 64 x 64 outputs, its lanes adjacent "
+        "4 x 4 blocks, so every float4 shared load is one conflict-free contiguous span), grows the block tile "
+        "to 128 x 256 with 128 accumulators per thread, and feeds it through a 4-stage cp.async pipeline, so "
+        "global loads no longer cost registers, instructions or exposed latency between tiles. Predicted: "
+        "~1.25x over vectorized at 4096^3 (~42 TFLOP/s, ~0.84x cuBLAS) and ~1.7x at 1024^3, where its 64 x 64 "
+        "small config fills every SM (vectorized's 128 x 128 tiles fill 64); unlike the other rungs' "
+        "predictions, these come after the H200 tuning runs that chose the tiles."
     ),
 }
 
@@ -195,15 +200,17 @@ def _grid(config: LaunchConfig, m: int, n: int) -> tuple[int, int, int]:
 def config(rung: str, m: int, n: int, tile: int = 32) -> LaunchConfig:
     """The launch config ``rung`` uses for an ``m x n`` output (``tile``: the ``cuda_smem`` tile edge).
 
-    Every rung has one config (``CONFIGS``) except ``cuda_warptile``, which takes ``WARPTILE_SMALL`` when the
-    large 128 x 256 tiles would not fill one wave of the 132 SMs (under ~2048^2 outputs).
+    Every rung has one config (``CONFIGS``) except ``cuda_warptile``, which takes ``WARPTILE_SMALL`` when its
+    large 128 x 256 tiles would fill less than 3/4 of one wave of 132 SMs (below about 1800^2 outputs):
+    measured on an H200, large tiles on 32 SMs (1024^3) ran at 9.6 TFLOP/s and small ones at 22.6, while at
+    2048^3 (128 large blocks) large ran at 40.4 and small at 29.7.
     """
     if rung == "cuda_smem":
         return smem_config(tile)
     if rung not in CONFIGS:
         raise UsageError(f"rung: expected one of {', '.join(RUNGS)}, got {rung!r}")
     large = CONFIGS[rung]
-    if rung == "cuda_warptile" and math.ceil(m / large.tile[0]) * math.ceil(n / large.tile[1]) < _SMS:
+    if rung == "cuda_warptile" and 4 * math.ceil(m / large.tile[0]) * math.ceil(n / large.tile[1]) < 3 * _SMS:
         return WARPTILE_SMALL
     return large
 
