@@ -147,7 +147,7 @@ def _roofline_chart(name: str, groups: list[list[dict]], ceil: dict, colors: dic
                 continue
             peak *= 1e12
             knee = peak / bw
-            pts = [(lo, bw * lo)] + ([(knee, peak)] if lo < knee < hi else []) + [(hi, min(peak, bw * hi))]
+            pts = [(lo, min(peak, bw * lo))] + ([(knee, peak)] if lo < knee < hi else []) + [(hi, min(peak, bw * hi))]
             series.append(Series(f"ceiling: {label}", pts, dashed=True, color="#999" if key == "fp32" else "#555"))
     return chart(f"{name}: roofline (one size per dtype: the table opened below)", series,
                  Axis("arithmetic intensity (FLOP / byte)"), Axis("achieved FLOP/s"))
@@ -156,13 +156,15 @@ def _roofline_chart(name: str, groups: list[list[dict]], ceil: dict, colors: dic
 def _scaling_chart(name: str, rows: list[dict], colors: dict[str, str]) -> str:
     from kernelwright.harness.sizes import parse_dims
 
-    label, x_of = "minimum bytes moved", None
+    label, x_of, compute_bound = "minimum bytes moved", None, False
     try:
         fam = get_family(name)
         if fam.scale_axis:
             label, x_of = fam.scale_axis
+        compute_bound = fam.flop_unit == "tensor"  # a matmul's scaling is told in FLOP/s, not bytes
     except Exception:
         pass
+    key, unit, fmt = ("tflops", "TFLOP/s", "{:.1f}") if compute_bound else ("tbps", "TB/s", "{:.3f}")
     dtypes = sorted({r["dtype"] for r in rows if r.get("median_ms")})
     pick = "bf16" if "bf16" in dtypes else (dtypes[0] if dtypes else None)
     by_variant: dict[str, Series] = {}
@@ -170,7 +172,7 @@ def _scaling_chart(name: str, rows: list[dict], colors: dict[str, str]) -> str:
     xs = {id(r): (x_of(parse_dims(r["size"])) if x_of else r["bytes"]) for r in timed}
     for r in sorted(timed, key=lambda r: xs[id(r)]):
         s = by_variant.setdefault(r["variant"], Series(r["variant"], [], color=colors.get(r["variant"])))
-        s.points.append((xs[id(r)], r["tbps"]))
-        s.labels.append(f"{r['variant']} {r['size']}: {r['tbps']:.3f} TB/s, {r['median_ms'] * 1e3:.1f} µs")
+        s.points.append((xs[id(r)], r[key]))
+        s.labels.append(f"{r['variant']} {r['size']}: {fmt.format(r[key])} {unit}, {r['median_ms'] * 1e3:.1f} µs")
     return chart(f"{name}: size scaling ({pick})", list(by_variant.values()),
-                 Axis(label), Axis("achieved TB/s", log=False))
+                 Axis(label), Axis(f"achieved {unit}", log=False))
