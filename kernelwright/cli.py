@@ -18,13 +18,19 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3,
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--device", default=None, help="auto (default, or $KW_DEVICE), cpu or cuda")
-    common.add_argument("--db", default=None, help="results SQLite file (default $KW_DB or ./kernelwright.db)")
-    common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    def common_options(suppress: bool) -> argparse.ArgumentParser:
+        # accepted before and after the command; the command's copy must not reset what came before it
+        # (`kw --db X bench`), so its defaults are SUPPRESS and the top-level parser's set the real defaults
+        c = argparse.ArgumentParser(add_help=False)
+        d = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
+        c.add_argument("--device", default=d(None), help="auto (default, or $KW_DEVICE), cpu or cuda")
+        c.add_argument("--db", default=d(None), help="results SQLite file (default $KW_DB or ./kernelwright.db)")
+        c.add_argument("--json", action="store_true", default=d(False), help="machine-readable output on stdout")
+        return c
 
+    common = common_options(suppress=True)
     p = argparse.ArgumentParser(prog="kw", description="kernelwright: verify, time and compare GPU kernels.",
-                                parents=[common])
+                                parents=[common_options(suppress=False)])
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     sub.add_parser("list", parents=[common], help="families, their rungs and peers, and what runs here")

@@ -145,3 +145,13 @@ def test_report_renders_in_headless_chromium(capsys, db_path, tmp_path):
     subprocess.run(["chromium", *flags, f"--screenshot={shot}", "--window-size=1200,1600", report.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_common_options_work_before_and_after_the_command(tmp_path, capsys):
+    from kernelwright.cli import _parser
+
+    before = _parser().parse_args(["--db", "x.db", "--json", "results"])
+    after = _parser().parse_args(["results", "--db", "x.db", "--json"])
+    plain = _parser().parse_args(["results"])
+    assert (before.db, before.json) == (after.db, after.json) == ("x.db", True)
+    assert (plain.db, plain.json, plain.device) == (None, False, None)
