@@ -17,6 +17,7 @@ runtime.select_device()
 from kernelwright import ops  # noqa: E402
 from kernelwright.api import bench, verify  # noqa: E402
 from kernelwright.errors import Unavailable, UsageError  # noqa: E402
+from kernelwright.patching import patch  # noqa: E402
 
-__all__ = ["bench", "ops", "runtime", "verify", "Unavailable", "UsageError"]
+__all__ = ["bench", "ops", "patch", "runtime", "verify", "Unavailable", "UsageError"]
 __version__ = "0.1.0"

@@ -16,13 +16,14 @@ def softmax(x: torch.Tensor, dim: int = -1, *, variant: str | None = None,
     ----------
     x : torch.Tensor
         Any shape with at least one dimension, CPU or CUDA, float32, float16 or bfloat16, any layout.
+        Differentiable: the backward runs the ``softmax_bwd`` family on the saved output.
     dim : int
         The dimension to normalize over; negative counts from the end.
     variant : str, optional
         A rung of the ``softmax`` family: ``"multipass"``, ``"fused"`` (rows up to 32768), ``"online"``,
         ``"split"``. ``None`` takes the best rung for the device and row width.
     out : torch.Tensor, optional
-        Contiguous buffer of ``x``'s shape and dtype to write into.
+        Contiguous buffer of ``x``'s shape and dtype to write into; not when x requires grad.
 
     Returns
     -------
@@ -38,6 +39,10 @@ def softmax(x: torch.Tensor, dim: int = -1, *, variant: str | None = None,
         raise UsageError("x: expected a tensor with at least one dimension, got a scalar (0-d) tensor")
     if not -x.dim() <= dim < x.dim():
         raise UsageError(f"dim: expected a value in [{-x.dim()}, {x.dim() - 1}] for a {x.dim()}-d tensor, got {dim}")
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
+        from kernelwright.ops.softmax_bwd.api import differentiable_softmax  # autograd: the softmax_bwd family
+
+        return differentiable_softmax(x, dim, variant, out)
     out = _validate.out_buffer(out, x.shape, x.dtype, x.device)
     if x.numel() == 0:
         return out

@@ -1,0 +1,46 @@
+"""rms_norm: the family's registration (rungs; inputs, cost, tolerances, sweep and peers from _norm_common)."""
+
+from __future__ import annotations
+
+from kernelwright.ops._norm_common import FUSED_MAX_COLS, fused_limit, norm_family
+from kernelwright.ops.rms_norm.reference import rms_norm
+from kernelwright.registry import Rung
+
+_T = "kernelwright.ops.rms_norm.triton"
+
+RUNGS = (
+    Rung(
+        "naive", "triton", f"{_T}:rms_norm_naive",
+        "Three kernels, as unfused eager code runs them: row statistics (read x), normalise into an fp32 tensor "
+        "(read x, write 2 bytes-per-bf16-element x2), scale by the weight (read fp32, write y). Traffic in bf16: "
+        "~7 element-widths against the minimum 2. Predicted: ~1/3 of the fused rung.",
+    ),
+    Rung(
+        "fused", "triton", f"{_T}:rms_norm_fused",
+        "One program per tile of rows (whole rows in registers, ~4096 values a tile): one read of x, one write "
+        "of y, the statistics never leave registers. Predicted: >= 90% of the copy ceiling (>= 3.8 TB/s) for "
+        f"1k-16k columns. Rows wider than {FUSED_MAX_COLS} do not fit in registers.",
+        limit=fused_limit,
+    ),
+    Rung(
+        "chunked", "triton", f"{_T}:rms_norm_chunked",
+        "Any width: one program per row streams it in 8192-column chunks for the sum of squares, then streams it "
+        "again to write. Three passes when the re-read misses L2. Predicted: 70-85% of fused at narrow widths "
+        "(less memory parallelism per program), ~2/3 of the ceiling at 256k columns.",
+    ),
+    Rung(
+        "split", "triton", f"{_T}:rms_norm_split",
+        "Any width at one read and one write: a row is cut into 16384-column chunks, one 32-warp program each, "
+        "held in registers; the programs of a row exchange (scale exponent, sum of squares) as one 64-bit word "
+        "through a relaxed atomic and wait for each other; the persistent grid is sized by occupancy so every "
+        "partner is resident, and each program loads its next row before waiting. Predicted: >= 85% of the copy "
+        "ceiling at 64k and 256k columns (the softmax split rung reached 3.4-3.6 TB/s with the same protocol), "
+        "near fused at 16k (one chunk: no exchange).",
+    ),
+)
+
+FAMILY = norm_family(
+    "rms", "rms_norm",
+    "RMSNorm forward over the last dim (Gemma's 1 + w with offset): a row reduction that must stay memory-bound",
+    rms_norm, RUNGS,
+)

@@ -1,0 +1,479 @@
+"""Row normalisation forward kernels in Triton, shared by ``rms_norm``, ``layer_norm`` and ``add_rms_norm``.
+
+Every kernel works on rows of a 2-D view [R, D] (D columns, unit column stride) and is one kernel for the three
+ops, specialised at compile time by constexpr flags: ``CENTER`` (layer norm: subtract the mean, add a bias),
+``RESIDUAL`` (add_rms_norm: h = x + residual is formed in registers, stored, and normalised), ``OFFSET`` (the
+Gemma weight 1 + w) and ``SAVE_STATS`` (write the per-row mean and rstd the backward pass reads). A flag that is
+off costs nothing: its code is not generated.
+
+Rungs (the launchers at the bottom; each family's ``triton.py`` wraps them):
+
+* ``naive``: what unfused eager code runs: (residual add into an fp32 tensor), a row-statistics kernel, a
+  normalise kernel writing fp32, an affine kernel. 3-4 kernels, ~3.5x the minimum traffic in bf16.
+* ``fused``: one program per tile of rows, the whole row in registers: one read, one write. Rows up to
+  :data:`FUSED_MAX_COLS` columns.
+* ``chunked``: one program per row, any width: pass 1 streams the row in 8192-column chunks keeping running statistics,
+  pass 2 streams it again to write. The second read comes from L2 while the rows in flight fit there.
+* ``split``: a row is cut into chunks held in registers by cooperating programs, which exchange per-chunk
+  statistics through one or two 64-bit words each (the softmax ``split`` rung's protocol): one read, one write,
+  any width. Under the CPU interpreter (programs run one after another, none can wait for a later one) a row is
+  one chunk; ``tests/test_norms.py`` runs the multi-chunk exchange with pre-published words.
+
+Numerics. Statistics are computed in fp32 on values scaled by a power of two 2^-K chosen from the row's (or the
+chunk's) largest magnitude, so squares cannot overflow for any finite input (bf16 and fp32 reach 3e38, whose
+square does not fit fp32) and scaling is exact. ``rstd = 2^-K / sqrt(var_s + eps * 4^-K)`` where ``var_s`` is the
+variance (mean square for RMS) of the scaled values. Partial statistics of pieces of a row are merged with the
+pairwise formula of Chan, Golub and LeVeque (1979): M2 = sum(M2_i + n_i * (mean_i - mean)^2), after bringing
+every piece to the largest scale.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernelwright import runtime
+from kernelwright.ops._norm_common import rows2d
+from kernelwright.ops._triton_helpers import to_output
+
+CHUNK = 8192  # columns per step of the chunked rung and the naive statistics kernel
+SPLIT_CHUNK, SPLIT_WARPS = 16384, 32  # columns and warps per program of the split rung: see split_config
+NAIVE_BLOCK = 1024  # columns per program in the naive rung's elementwise kernels (GPU)
+
+
+# --- helpers shared with the backward kernels ---------------------------------------------------------------------
+@triton.jit
+def pow2_exponent(amax):
+    """floor(log2(amax)) for amax >= 0, clamped to [-63, 126] (int32): the row is scaled by 2^-k, bringing its
+    largest magnitude into [1, 2) (zero and subnormal rows get 2^63, enough to lift any fp32 subnormal)."""
+    e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    return tl.minimum(tl.maximum(e, -63), 126)
+
+
+@triton.jit
+def exp2i(k):
+    """2^k as fp32, exactly, for integer k <= 127; k < -126 gives 2^-126 (callers use it only where a factor
+    that small makes its term negligible)."""
+    k = tl.maximum(k, -126)
+    return ((k + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _chunk_stats(v, mask, n, CENTER: tl.constexpr):
+    """(k, mean, M2) of one chunk of a row, in the chunk's scale 2^-k: mean of the n valid lanes (0 without
+    CENTER) and the sum of squared deviations (of squares without CENTER)."""
+    k = pow2_exponent(tl.max(tl.abs(v), 0))
+    vs = v * exp2i(-k)
+    if CENTER:
+        mean = tl.sum(vs, 0) / n
+        d = tl.where(mask, vs - mean, 0.0)
+        m2 = tl.sum(d * d, 0)
+    else:
+        mean = tl.zeros([], tl.float32)
+        m2 = tl.sum(vs * vs, 0)
+    return k, mean, m2
+
+
+@triton.jit
+def _row_stats(x_ptr, res_ptr, h_ptr, x_off, res_off, h_off, n_cols, CENTER: tl.constexpr, RESIDUAL: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """Statistics of one row streamed in BLOCK-column chunks: (K, mean, M2) in the scale 2^-K, merged chunk by
+    chunk (the running scale only grows; what came before is rescaled exactly, by a power of two). With
+    RESIDUAL the row is x + residual, and h = x + residual is stored on the way."""
+    big_k = tl.full([], -63, tl.int32)
+    mean = tl.zeros([], tl.float32)
+    m2 = tl.zeros([], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        v = tl.load(x_ptr + x_off + cols, mask=mask, other=0.0).to(tl.float32)
+        if RESIDUAL:
+            v += tl.load(res_ptr + res_off + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(h_ptr + h_off + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask)
+        n_b = tl.minimum(n_cols - start, BLOCK).to(tl.float32)
+        k_b, mean_b, m2_b = _chunk_stats(v, mask, n_b, CENTER)
+        new_k = tl.maximum(big_k, k_b)
+        fa = exp2i(big_k - new_k)
+        fb = exp2i(k_b - new_k)
+        mean_a = mean * fa
+        mean_b = mean_b * fb
+        m2 = m2 * fa * fa + m2_b * fb * fb
+        if CENTER:
+            n_a = tl.full([], start, tl.float32)
+            delta = mean_b - mean_a
+            mean = mean_a + delta * (n_b / (n_a + n_b))
+            m2 += delta * delta * (n_a * n_b / (n_a + n_b))
+        big_k = new_k
+    return big_k, mean, m2
+
+
+@triton.jit
+def _rsqrt_scaled(m2, n_cols, eps, big_k):
+    """1 / sqrt(var_s + eps * 4^-K): the rstd of values in the scale 2^-K."""
+    return tl.math.rsqrt(m2 / n_cols + eps * exp2i(-2 * big_k))
+
+
+# --- rung: fused (whole rows in registers) ------------------------------------------------------------------------
+@triton.jit
+def _norm_fwd_fused_kernel(
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
+    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, OFFSET: tl.constexpr, SAVE_STATS: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.arange(0, BLOCK)
+    rmask = rows < n_rows
+    cmask = cols < n_cols
+    mask = rmask[:, None] & cmask[None, :]
+    x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if RESIDUAL:
+        x += tl.load(res_ptr + rows[:, None] * res_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(h_ptr + rows[:, None] * h_stride + cols[None, :], to_output(x, h_ptr.dtype.element_ty), mask=mask)
+    w = tl.load(w_ptr + cols * w_stride, mask=cmask, other=0.0).to(tl.float32)
+    if OFFSET:
+        w += 1.0
+    k = pow2_exponent(tl.max(tl.abs(x), 1))
+    xs = x * exp2i(-k)[:, None]
+    if CENTER:
+        mean = tl.sum(xs, 1) / n_cols
+        xs = tl.where(mask, xs - mean[:, None], 0.0)  # two passes over registers: exact centring
+    r = _rsqrt_scaled(tl.sum(xs * xs, 1), n_cols, eps, k)
+    y = xs * r[:, None] * w[None, :]
+    if CENTER:
+        y += tl.load(b_ptr + cols * b_stride, mask=cmask, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + rows[:, None] * y_stride + cols[None, :], to_output(y, y_ptr.dtype.element_ty), mask=mask)
+    if SAVE_STATS:
+        tl.store(rstd_ptr + rows, r * exp2i(-k), mask=rmask)
+        if CENTER:
+            tl.store(mean_ptr + rows, mean * exp2i(k), mask=rmask)
+
+
+# --- rung: chunked (one program per row, two streaming passes) ---------------------------------------------------
+@triton.jit
+def _norm_fwd_chunked_kernel(
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
+    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
+    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, OFFSET: tl.constexpr, SAVE_STATS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    # pass 1: statistics (and h = x + residual, stored on the way)
+    big_k, mean, m2 = _row_stats(x_ptr, res_ptr, h_ptr, row * x_stride, row * res_stride, row * h_stride, n_cols,
+                                 CENTER, RESIDUAL, BLOCK)
+    r = _rsqrt_scaled(m2, n_cols, eps, big_k)
+    scale = exp2i(-big_k)
+    # pass 2: read the row again (from L2 while it is still there), normalise, write
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        v = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        if RESIDUAL:
+            v += tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols * w_stride, mask=mask, other=0.0).to(tl.float32)
+        if OFFSET:
+            w += 1.0
+        y = (v * scale - mean) * r * w
+        if CENTER:
+            y += tl.load(b_ptr + cols * b_stride, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)
+    if SAVE_STATS:
+        tl.store(rstd_ptr + row, r * scale)
+        if CENTER:
+            tl.store(mean_ptr + row, mean * exp2i(big_k))
+
+
+# --- rung: split (a row over cooperating programs) -----------------------------------------------------------------
+@triton.jit
+def _norm_fwd_split_kernel(
+    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, slot_ptr,
+    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
+    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, OFFSET: tl.constexpr, SAVE_STATS: tl.constexpr,
+    N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
+):
+    # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ... (a persistent grid of groups x
+    # N_CHUNKS programs, all resident at once). slot: [R, N_CHUNKS, WORDS] int64, -1 at launch. A chunk publishes
+    # its statistics as 64-bit words (high half: its scale exponent + 256, never the all-ones of the -1
+    # sentinel; low half: fp32 bits of M2, and of the mean in a second word for CENTER) by relaxed atomic
+    # exchanges, then reads its partners' words until none is -1.
+    WORDS: tl.constexpr = 2 if CENTER else 1
+    pid = tl.program_id(0)
+    chunk = pid % N_CHUNKS
+    groups = tl.num_programs(0) // N_CHUNKS
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    mask = cols < n_cols
+    n_mine = tl.minimum(n_cols - chunk * CHUNK, CHUNK).to(tl.float32)
+    ks = tl.arange(0, CHUNKS_POW2)
+    kmask = ks < N_CHUNKS
+    ns = tl.where(kmask, tl.minimum(n_cols - ks * CHUNK, CHUNK), 0).to(tl.float32)
+    first = pid // N_CHUNKS
+    # software pipelining by hand: the next row's chunk is in flight while this one is reduced and exchanged
+    nmask = mask & (first < n_rows)
+    first64 = first.to(tl.int64)
+    x_next = tl.load(x_ptr + first64 * x_stride + cols, mask=nmask, other=0.0)
+    if RESIDUAL:
+        r_next = tl.load(res_ptr + first64 * res_stride + cols, mask=nmask, other=0.0)
+    for row in range(first, n_rows, groups):
+        row64 = tl.cast(row, tl.int64)
+        v = x_next.to(tl.float32)
+        if RESIDUAL:
+            v += r_next.to(tl.float32)
+        nxt = row + groups
+        nmask = mask & (nxt < n_rows)
+        nxt64 = tl.cast(nxt, tl.int64)
+        x_next = tl.load(x_ptr + nxt64 * x_stride + cols, mask=nmask, other=0.0)
+        if RESIDUAL:
+            r_next = tl.load(res_ptr + nxt64 * res_stride + cols, mask=nmask, other=0.0)
+            tl.store(h_ptr + row64 * h_stride + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask)
+        k, mean, m2 = _chunk_stats(v, mask, n_mine, CENTER)
+        if N_CHUNKS > 1:
+            tag = (k + 256).to(tl.int64) << 32
+            slots = slot_ptr + row64 * (N_CHUNKS * WORDS)
+            tl.atomic_xchg(slots + chunk * WORDS, tag | m2.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+            if CENTER:
+                tl.atomic_xchg(slots + chunk * WORDS + 1, tag | mean.to(tl.uint32, bitcast=True).to(tl.int64),
+                               sem="relaxed")
+            # volatile loads go to L2, where the atomics land; spin until every chunk of the row has published
+            wm = tl.load(slots + ks * WORDS, mask=kmask, other=0, volatile=True)
+            waiting = tl.sum((wm == -1).to(tl.int32), 0)
+            if CENTER:
+                wc = tl.load(slots + ks * WORDS + 1, mask=kmask, other=0, volatile=True)
+                waiting += tl.sum((wc == -1).to(tl.int32), 0)
+            while waiting > 0:
+                wm = tl.load(slots + ks * WORDS, mask=kmask, other=0, volatile=True)
+                waiting = tl.sum((wm == -1).to(tl.int32), 0)
+                if CENTER:
+                    wc = tl.load(slots + ks * WORDS + 1, mask=kmask, other=0, volatile=True)
+                    waiting += tl.sum((wc == -1).to(tl.int32), 0)
+            kk = ((wm >> 32) - 256).to(tl.int32)
+            k = tl.max(tl.where(kmask, kk, -1000), 0)
+            f = tl.where(kmask, exp2i(kk - k), 0.0)
+            m2s = (wm & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True) * f * f
+            if CENTER:
+                means = (wc & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True) * f
+                mean = tl.sum(ns * means, 0) / n_cols
+                dm = means - mean
+                m2 = tl.sum(tl.where(kmask, m2s + ns * dm * dm, 0.0), 0)
+            else:
+                m2 = tl.sum(tl.where(kmask, m2s, 0.0), 0)
+        r = _rsqrt_scaled(m2, n_cols, eps, k)
+        scale = exp2i(-k)
+        # the weight (and bias) chunk is loaded again for every row (an L1 hit after the first): held across rows
+        # it would take a register per value that the row and the prefetched row need
+        w = tl.load(w_ptr + cols * w_stride, mask=mask, other=0.0).to(tl.float32)
+        if OFFSET:
+            w += 1.0
+        y = (v * scale - mean) * r * w
+        if CENTER:
+            y += tl.load(b_ptr + cols * b_stride, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)
+        if SAVE_STATS:
+            if chunk == 0:
+                tl.store(rstd_ptr + row64, r * scale)
+                if CENTER:
+                    tl.store(mean_ptr + row64, mean * exp2i(k))
+
+
+# --- rung: naive (separate kernels with fp32 intermediates, as unfused eager code) ---------------------------------
+@triton.jit
+def _naive_add_kernel(x_ptr, res_ptr, h32_ptr, h_ptr, n_cols, x_stride, res_stride, h_stride, BLOCK: tl.constexpr):
+    # h32 = float(x) + float(residual) (what the rest of the naive rung reads), h = h32 in the output dtype
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x_ptr + row * x_stride + cols, mask=mask).to(tl.float32)
+    v += tl.load(res_ptr + row * res_stride + cols, mask=mask).to(tl.float32)
+    tl.store(h32_ptr + row * n_cols + cols, v, mask=mask)
+    tl.store(h_ptr + row * h_stride + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _naive_stats_kernel(src_ptr, mean_ptr, rstd_ptr, n_cols, src_stride, eps, CENTER: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    # one program per row: mean and rstd in fp32, like eager's var_mean/rsqrt kernels
+    row = tl.program_id(0).to(tl.int64)
+    big_k, mean, m2 = _row_stats(src_ptr, src_ptr, src_ptr, row * src_stride, 0, 0, n_cols, CENTER, False, BLOCK)
+    tl.store(rstd_ptr + row, _rsqrt_scaled(m2, n_cols, eps, big_k) * exp2i(-big_k))
+    tl.store(mean_ptr + row, mean * exp2i(big_k))
+
+
+@triton.jit
+def _naive_normalize_kernel(src_ptr, mean_ptr, rstd_ptr, t_ptr, n_cols, src_stride, BLOCK: tl.constexpr):
+    # t = (src - mean) * rstd, an fp32 tensor
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(src_ptr + row * src_stride + cols, mask=mask).to(tl.float32)
+    t = (v - tl.load(mean_ptr + row)) * tl.load(rstd_ptr + row)
+    tl.store(t_ptr + row * n_cols + cols, t, mask=mask)
+
+
+@triton.jit
+def _naive_affine_kernel(t_ptr, w_ptr, b_ptr, y_ptr, n_cols, y_stride, w_stride, b_stride, CENTER: tl.constexpr,
+                         OFFSET: tl.constexpr, BLOCK: tl.constexpr):
+    # y = t * w (+ b), rounded once to the output dtype
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    w = tl.load(w_ptr + cols * w_stride, mask=mask).to(tl.float32)
+    if OFFSET:
+        w += 1.0
+    y = tl.load(t_ptr + row * n_cols + cols, mask=mask) * w
+    if CENTER:
+        y += tl.load(b_ptr + cols * b_stride, mask=mask).to(tl.float32)
+    tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)
+
+
+# --- launchers -----------------------------------------------------------------------------------------------------
+def warps_for(elements: int) -> int:
+    """Warps for a program holding ``elements`` fp32 values: 8-16 values a thread."""
+    return 4 if elements <= 1024 else 8 if elements <= 4096 else 16 if elements <= 8192 else 32
+
+
+def fused_tile(n_cols: int) -> tuple[int, int]:
+    """(rows per program, columns block) of the fused kernels: narrow rows are grouped into ~4096-value tiles, so a
+    program moves enough bytes to hide its reductions."""
+    block = triton.next_power_of_2(n_cols)
+    return max(1, min(16, 4096 // block)), block
+
+
+def naive_block(n_cols: int) -> int:
+    """Columns per program of the naive rung's elementwise kernels (larger under the interpreter, where each
+    program instance costs ~2 ms)."""
+    return min(triton.next_power_of_2(n_cols), 65536 if runtime.interpreting() else NAIVE_BLOCK)
+
+
+def split_config(n_cols: int, chunk: int = SPLIT_CHUNK, warps: int = SPLIT_WARPS) -> tuple[int, int]:
+    """(columns per program, warps) of a split rung; one chunk a row under the interpreter.
+
+    Chosen from register counts of the sm_90 cubins (``kw inspect``-style compiles, no GPU measurement yet): at
+    16384 columns x 32 warps the forward kernel holds its chunk, the prefetched next one and the exchange in 64
+    registers a thread without spilling, for 64 KB of loads in flight per SM; 8192 x 8 (the softmax split rung's
+    choice) needs 200-250 registers here, the weight chunk adding one register a value. To be swept on the GPU.
+    """
+    if runtime.interpreting():
+        return triton.next_power_of_2(n_cols), 4
+    chunk = min(chunk, triton.next_power_of_2(n_cols))
+    return chunk, min(warps, warps_for(chunk))
+
+
+_resident: dict[tuple, int] = {}
+
+
+def persistent_groups(kernel, args: tuple, meta: dict, warps: int, n_chunks: int, n_rows: int, device) -> int:
+    """Row groups of a persistent grid of ``kernel`` (``n_chunks`` programs a group): as many as the GPU holds
+    at once, from the compiled kernel's registers and shared memory (in a split rung every chunk of a row must be
+    running for the exchange to finish), at most one a row; 3 under the interpreter (exercises the row loop)."""
+    if runtime.interpreting():
+        return max(1, min(n_rows, 3))
+    from kernelwright.ops.softmax.triton import _resident_programs
+
+    key = (kernel, device.index or 0, tuple(str(a.dtype) for a in args if isinstance(a, torch.Tensor)),
+           tuple(sorted(meta.items())), warps)
+    if key not in _resident:
+        compiled = kernel.warmup(*args, **meta, num_warps=warps, grid=(1,))
+        compiled._init_handles()
+        _resident[key] = _resident_programs(key[1], compiled.n_regs, compiled.metadata.shared, warps)
+    resident = _resident[key]
+    if resident < n_chunks:
+        raise RuntimeError(f"split: the GPU holds {resident} programs at once, a row needs {n_chunks}")
+    return max(1, min(n_rows, resident // n_chunks))
+
+
+def _unpack_stats(stats, center: bool):
+    if stats is None:
+        return None, None
+    return (stats[0], stats[1]) if center else (None, stats[0])
+
+
+def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *, y: torch.Tensor,
+                 bias: torch.Tensor | None = None, residual: torch.Tensor | None = None, h: torch.Tensor | None = None,
+                 offset: bool = False, stats=None, split_chunk: int | None = None, slots: torch.Tensor | None = None,
+                 groups: int | None = None) -> None:
+    """Run forward rung ``rung`` over the last dim of ``x`` into the contiguous ``y`` (and ``h`` with a residual).
+
+    ``bias`` given: layer norm; ``residual`` given: h = x + residual is normalised and stored in ``h``. ``stats``:
+    fp32 buffers of the row statistics to save, ``(mean, rstd)`` with a bias, ``(rstd,)`` without.
+    ``split_chunk``, ``slots`` (pre-filled exchange words) and ``groups`` override the split rung's configuration
+    (tests run its multi-chunk exchange under the interpreter with them).
+    """
+    n_cols = x.shape[-1]
+    if y.numel() == 0:
+        return
+    center, has_res = bias is not None, residual is not None
+    mean, rstd = _unpack_stats(stats, center)
+    x2 = rows2d(x)
+    r2 = rows2d(residual) if has_res else x2
+    y2 = y.view(-1, n_cols)
+    h2 = h.view(-1, n_cols) if has_res else y2
+    b = bias if center else weight
+    n_rows = x2.shape[0]
+    flags = dict(CENTER=center, RESIDUAL=has_res, OFFSET=bool(offset), SAVE_STATS=stats is not None)
+    dummy = rstd if rstd is not None else y2
+    mean_t, rstd_t = (mean if mean is not None else dummy), (rstd if rstd is not None else dummy)
+    tail = (n_rows, n_cols, x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), weight.stride(0), b.stride(0),
+            float(eps))
+    ptrs = (x2, r2, weight, b, y2, h2, mean_t, rstd_t)
+    if rung == "fused":
+        block_r, block = fused_tile(n_cols)
+        _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
+            *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, num_warps=warps_for(block_r * block))
+    elif rung == "chunked":
+        block = min(CHUNK, triton.next_power_of_2(n_cols))
+        _norm_fwd_chunked_kernel[(n_rows,)](*ptrs, *tail, **flags, BLOCK=block, num_warps=warps_for(block))
+    elif rung == "split":
+        chunk, warps = split_config(n_cols)
+        chunk = split_chunk or chunk
+        n_chunks = triton.cdiv(n_cols, chunk)
+        words = 2 if center else 1
+        if slots is None:
+            slots = torch.full((n_rows, n_chunks, words) if n_chunks > 1 else (1,), -1, dtype=torch.int64,
+                               device=x.device)
+        meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
+        args = (*ptrs, slots, *tail)
+        groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
+        _norm_fwd_split_kernel[(groups * n_chunks,)](*args, **meta, num_warps=warps)
+    elif rung == "naive":
+        _naive_forward(x2, r2 if has_res else None, weight, bias, eps, offset, y2, h2 if has_res else None, mean,
+                       rstd)
+    else:
+        raise ValueError(f"unknown forward rung {rung!r}")
+
+
+def _naive_forward(x2, r2, weight, bias, eps, offset, y2, h2, mean, rstd) -> None:
+    n_rows, n_cols = x2.shape
+    dev = x2.device
+    block = naive_block(n_cols)
+    grid = (n_rows, triton.cdiv(n_cols, block))
+    src = x2
+    if r2 is not None:  # eager: h = x.float() + residual.float(), then the norm of h
+        src = torch.empty((n_rows, n_cols), dtype=torch.float32, device=dev)
+        _naive_add_kernel[grid](x2, r2, src, h2, n_cols, x2.stride(0), r2.stride(0), h2.stride(0), BLOCK=block)
+    mean = mean if mean is not None else torch.empty(n_rows, dtype=torch.float32, device=dev)
+    rstd = rstd if rstd is not None else torch.empty(n_rows, dtype=torch.float32, device=dev)
+    center = bias is not None
+    _naive_stats_kernel[(n_rows,)](src, mean, rstd, n_cols, src.stride(0), float(eps), CENTER=center,
+                                   BLOCK=min(max(CHUNK, block), triton.next_power_of_2(n_cols)))
+    t = torch.empty((n_rows, n_cols), dtype=torch.float32, device=dev)
+    _naive_normalize_kernel[grid](src, mean, rstd, t, n_cols, src.stride(0), BLOCK=block)
+    b = bias if center else weight
+    _naive_affine_kernel[grid](t, weight, b, y2, n_cols, y2.stride(0), weight.stride(0), b.stride(0),
+                               CENTER=center, OFFSET=bool(offset), BLOCK=block)
+
+
+# --- the rms_norm family's rungs ------------------------------------------------------------------------------------
+def _rung(name: str):
+    def run(x, weight, eps=1e-6, offset=False, *, out, stats=None):
+        norm_forward(name, x, weight, eps, y=out, offset=offset, stats=stats)
+        return out
+
+    run.__name__ = f"rms_norm_{name}"
+    run.__doc__ = f"rms_norm, rung ``{name}``: ``out`` = x / sqrt(mean(x^2) + eps) * w (w + 1 with ``offset``)."
+    return run
+
+
+rms_norm_naive = _rung("naive")
+rms_norm_fused = _rung("fused")
+rms_norm_chunked = _rung("chunked")
+rms_norm_split = _rung("split")

@@ -1,0 +1,481 @@
+"""rms_norm, layer_norm and add_rms_norm: the public ops (every rung, layouts, leading dims, extremes, empties),
+gradients through autograd against float64 torch, torch.compile, the split rungs' multi-chunk exchange under the
+interpreter, the nn modules, the backward peers, and every error path. The families' rungs are checked against
+float64 at their fuzz shapes (1 to 262,144 columns) in tests/test_ladders.py."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernelwright.nn as knn
+from kernelwright import ops, runtime
+from kernelwright.errors import UsageError
+from kernelwright.ops import _norm_common as nc
+from kernelwright.ops.add_rms_norm.api import AddRMSNormFunction
+from kernelwright.ops.layer_norm.api import LayerNormFunction
+from kernelwright.ops.layer_norm_bwd.api import layer_norm_backward
+from kernelwright.ops.rms_norm.api import RMSNormFunction
+from kernelwright.ops.rms_norm_bwd.api import rms_norm_backward
+
+
+@pytest.fixture(autouse=True)
+def _tensors_on_the_test_device():
+    torch.set_default_device(runtime.current_device())
+    yield
+    torch.set_default_device("cpu")
+
+
+# --- float64 references (independent of the family references: written from the definitions) -----------------------
+def ref_rms(x, w, eps=1e-6, offset=False):
+    x = x.double()
+    w = w.double() + (1 if offset else 0)
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def ref_layer(x, w, b, eps=1e-5):
+    return F.layer_norm(x.double(), (x.shape[-1],), w.double(), b.double(), eps)
+
+
+def close(got, want, dtype=None):
+    dtype = dtype or got.dtype
+    tol = {torch.float32: (2e-5, 1e-5), torch.float16: (2**-10, 1e-4), torch.bfloat16: (2**-7, 1e-3)}[dtype]
+    torch.testing.assert_close(got.double(), want.double(), rtol=tol[0], atol=tol[1])
+
+
+# --- forward: every rung through the public op -----------------------------------------------------------------------
+@pytest.mark.parametrize("variant", ["naive", "fused", "chunked", "split", None])
+def test_rms_norm_every_rung_any_layout(variant):
+    x = torch.randn(5, 3, 300).transpose(0, 1)  # non-contiguous, 3-D
+    w = torch.randn(300)
+    close(ops.rms_norm(x, w, variant=variant), ref_rms(x, w))
+    close(ops.rms_norm(x, w, 1e-2, True, variant=variant), ref_rms(x, w, 1e-2, True))
+
+
+@pytest.mark.parametrize("variant", ["naive", "fused", "chunked", "split", None])
+def test_layer_norm_every_rung_any_layout(variant):
+    x = torch.randn(4, 2, 260)[..., ::2] + 3.0  # strided columns, a mean far from zero
+    w, b = torch.randn(130), torch.randn(130)
+    close(ops.layer_norm(x, w, b, variant=variant), ref_layer(x, w, b))
+
+
+@pytest.mark.parametrize("variant", ["naive", "fused", "split", None])
+def test_add_rms_norm_every_rung(variant):
+    x = torch.randn(3, 7, 96, dtype=torch.bfloat16)
+    r = torch.randn(7, 3, 96, dtype=torch.bfloat16).transpose(0, 1)
+    w = torch.randn(96, dtype=torch.bfloat16)
+    y, h = ops.add_rms_norm(x, r, w, offset=True, variant=variant)
+    h64 = x.double() + r.double()
+    close(h, h64)
+    close(y, ref_rms(h64, w, offset=True))
+
+
+def test_default_variant_by_width():
+    x = torch.empty(2, 20000)
+    assert nc.pick("rms_norm", None, x, {}).name == "split"
+    assert nc.pick("rms_norm", None, torch.empty(2, 4096), {}).name == "fused"
+    assert nc.pick("rms_norm_bwd", None, x, {}).name == "split"
+    assert nc.pick("add_rms_norm", None, torch.empty(2, 40000), {}).name == "split"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scale", [1e30, 1e-30])
+def test_extreme_magnitudes_do_not_overflow(dtype, scale):
+    # squares of 1e30 overflow fp32 and of 1e-30 underflow it: the kernels scale rows by a power of two first
+    x = (torch.randn(3, 4100) * scale).to(dtype)
+    w, b = torch.randn(4100, dtype=dtype), torch.randn(4100, dtype=dtype)
+    eps = 0.0 if scale < 1 else 1e-6
+    for variant in ("naive", "fused", "chunked", "split"):
+        close(ops.rms_norm(x, w, eps, variant=variant), ref_rms(x, w, eps))
+        close(ops.layer_norm(x, w, b, eps, variant=variant), ref_layer(x, w, b, eps))
+
+
+def test_fp16_and_bf16_at_1e4_magnitudes():
+    for dtype in (torch.float16, torch.bfloat16):
+        x = (torch.randn(4, 1000) * 1e4).clamp(-6e4, 6e4).to(dtype)
+        r = (torch.randn(4, 1000) * 1e4).clamp(-3e4, 3e4).to(dtype)
+        w = torch.randn(1000, dtype=dtype)
+        close(ops.rms_norm(x, w), ref_rms(x, w))
+        y, _ = ops.add_rms_norm(x, r, w)
+        close(y, ref_rms(x.double() + r.double(), w))
+
+
+def test_empty_inputs():
+    w = torch.randn(8)
+    assert ops.rms_norm(torch.empty(0, 8), w).shape == (0, 8)
+    assert ops.layer_norm(torch.empty(2, 0, 8), w, w).shape == (2, 0, 8)
+    y, h = ops.add_rms_norm(torch.empty(0, 8), torch.empty(0, 8), w)
+    assert y.shape == h.shape == (0, 8)
+    assert ops.rms_norm(torch.empty(3, 0), torch.empty(0)).shape == (3, 0)
+    x = torch.empty(0, 8, requires_grad=True)
+    wr = w.clone().requires_grad_()
+    ops.rms_norm(x, wr).sum().backward()
+    assert torch.equal(wr.grad, torch.zeros(8))
+
+
+# --- gradients ----------------------------------------------------------------------------------------------------
+def _grads64(fn, *tensors, dys):
+    leaves = [t.detach().double().requires_grad_() for t in tensors]
+    outs = fn(*leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return torch.autograd.grad(outs, leaves, [d.double() for d in dys])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cols", [77, 20000])  # the fused and the split backward
+def test_rms_norm_gradients(dtype, cols):
+    x = torch.randn(3, 2, cols, dtype=dtype).transpose(0, 1)
+    w = torch.randn(cols, dtype=dtype)
+    dy = torch.randn(2, 3, cols, dtype=dtype)
+    for offset in (False, True):
+        xr, wr = x.detach().requires_grad_(), w.detach().requires_grad_()
+        torch.autograd.backward(ops.rms_norm(xr, wr, offset=offset), dy)
+        want = _grads64(lambda a, b, o=offset: ref_rms(a, b, offset=o), x, w, dys=[dy])
+        close(xr.grad, want[0])
+        torch.testing.assert_close(wr.grad.double(), want[1], rtol=2**-7 if dtype == torch.bfloat16 else 1e-5,
+                                   atol=1e-3 if dtype == torch.bfloat16 else 1e-5)
+
+
+@pytest.mark.parametrize("cols", [50, 17000])
+def test_layer_norm_gradients(cols):
+    x = torch.randn(2, 3, cols) * 2 + 1
+    w, b = torch.randn(cols), torch.randn(cols)
+    dy = torch.randn(2, 3, cols)
+    xr, wr, br = (t.detach().requires_grad_() for t in (x, w, b))
+    torch.autograd.backward(ops.layer_norm(xr, wr, br), dy)
+    want = _grads64(ref_layer, x, w, b, dys=[dy])
+    for got, exp in zip((xr.grad, wr.grad, br.grad), want, strict=True):
+        torch.testing.assert_close(got.double(), exp, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("cols", [64, 17000])
+def test_add_rms_norm_gradients_reach_x_residual_and_weight(cols):
+    x, r, w = torch.randn(3, cols), torch.randn(3, cols), torch.randn(cols)
+    dy, dh = torch.randn(3, cols), torch.randn(3, cols)
+    xr, rr, wr = (t.detach().requires_grad_() for t in (x, r, w))
+    y, h = ops.add_rms_norm(xr, rr, wr)
+    torch.autograd.backward((y, h), (dy, dh))
+    want = _grads64(lambda a, c, d: (ref_rms(a + c, d), a + c), x, r, w, dys=[dy, dh])
+    for got, exp in zip((xr.grad, rr.grad, wr.grad), want, strict=True):
+        torch.testing.assert_close(got.double(), exp, rtol=2e-5, atol=2e-5)
+    # h unused: its gradient is absent, and dx is the norm's alone
+    xr.grad = None
+    ops.add_rms_norm(xr, rr, wr)[0].mul(dy).sum().backward()
+    want = _grads64(lambda a, c, d: ref_rms(a + c, d), x, r, w, dys=[dy])
+    torch.testing.assert_close(xr.grad.double(), want[0], rtol=2e-5, atol=2e-5)
+
+
+def test_autograd_functions_match_the_ops():
+    x, r, w, b = torch.randn(4, 40), torch.randn(4, 40), torch.randn(40), torch.randn(40)
+    cases = [
+        (lambda *t: RMSNormFunction.apply(*t, 1e-6, True), lambda *t: ops.rms_norm(*t, offset=True), (x, w)),
+        (lambda *t: LayerNormFunction.apply(*t), lambda *t: ops.layer_norm(*t), (x, w, b)),
+        (lambda *t: sum(AddRMSNormFunction.apply(*t)), lambda *t: sum(ops.add_rms_norm(*t)), (x, r, w)),
+    ]
+    for via_function, via_op, inputs in cases:
+        a = [t.clone().requires_grad_() for t in inputs]
+        c = [t.clone().requires_grad_() for t in inputs]
+        via_function(*a).pow(2).sum().backward()
+        via_op(*c).pow(2).sum().backward()
+        for ga, gc in zip(a, c, strict=True):
+            assert torch.equal(ga.grad, gc.grad)
+
+
+@pytest.mark.parametrize("variant", ["naive", "fused", "split"])
+def test_backward_functions_every_rung(variant):
+    x = torch.randn(5, 130)
+    w = torch.randn(130)
+    dy = torch.randn(5, 130)
+    _, rstd = torch.ops.kernelwright.rms_norm(x, w, 1e-6, False, None)
+    dx, dw = rms_norm_backward(dy, x, w, rstd, variant=variant)
+    want = _grads64(ref_rms, x, w, dys=[dy])
+    torch.testing.assert_close(dx.double(), want[0], rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(dw.double(), want[1], rtol=2e-5, atol=2e-5)
+    b = torch.randn(130)
+    _, mean, rstd = torch.ops.kernelwright.layer_norm(x, w, b, 1e-5, None)
+    got = layer_norm_backward(dy, x, w, mean, rstd, variant=variant)
+    for g, e in zip(got, _grads64(ref_layer, x, w, b, dys=[dy]), strict=True):
+        torch.testing.assert_close(g.double(), e, rtol=2e-5, atol=2e-5)
+
+
+def test_torch_compile_graph_with_the_ops_and_their_backward():
+    def f(x, r, w, b):
+        y, h = ops.add_rms_norm(x, r, w)
+        return (ops.rms_norm(y, w, offset=True) + ops.layer_norm(h, w, b)).square().sum()
+
+    inputs = [torch.randn(3, 32), torch.randn(3, 32), torch.randn(32), torch.randn(32)]
+    eager = [t.clone().requires_grad_() for t in inputs]
+    f(*eager).backward()
+    compiled = [t.clone().requires_grad_() for t in inputs]
+    torch.compile(f, fullgraph=True)(*compiled).backward()
+    for a, c in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(c.grad, a.grad)
+
+
+def test_custom_ops_pass_opcheck():
+    x, w, b = torch.randn(3, 16), torch.randn(16), torch.randn(16)
+    torch.library.opcheck(torch.ops.kernelwright.rms_norm.default, (x, w, 1e-6, True, None),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    torch.library.opcheck(torch.ops.kernelwright.layer_norm.default, (x, w, b, 1e-5, None),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    torch.library.opcheck(torch.ops.kernelwright.add_rms_norm.default, (x, x.flip(0), w, 1e-6, False, None),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+# --- the split rungs' exchange with several chunks a row (the interpreter cannot run partners concurrently) -------
+def _exponent(amax: torch.Tensor) -> torch.Tensor:
+    return (torch.frexp(amax)[1] - 1).clamp(-63, 126)
+
+
+def _bits(v: torch.Tensor) -> torch.Tensor:
+    return v.float().contiguous().view(torch.int32).long() & 0xFFFFFFFF
+
+
+def _forward_words(v: torch.Tensor, chunk: int, center: bool) -> torch.Tensor:
+    """What each chunk of each row publishes: [R, N_CHUNKS, words]."""
+    rows, cols = v.shape
+    n = -(-cols // chunk)
+    words = torch.empty(rows, n, 2 if center else 1, dtype=torch.int64)
+    for c in range(n):
+        seg = v[:, c * chunk:(c + 1) * chunk].float()
+        k = _exponent(seg.abs().amax(-1))
+        s = seg * torch.pow(2.0, -k.float())[:, None]
+        tag = (k.long() + 256) << 32
+        if center:
+            mean = s.mean(-1)
+            words[:, c, 0] = tag | _bits(((s - mean[:, None]) ** 2).sum(-1))
+            words[:, c, 1] = tag | _bits(mean)
+        else:
+            words[:, c, 0] = tag | _bits((s * s).sum(-1))
+    return words
+
+
+@pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
+@pytest.mark.parametrize("groups", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
+def test_split_forward_exchange_with_several_chunks(kind, groups):
+    from kernelwright.ops.rms_norm.triton import norm_forward
+
+    rows, cols, chunk = 3, 300, 64
+    x, w, b = torch.randn(rows, cols) * 3, torch.randn(cols), torch.randn(cols)
+    r = torch.randn(rows, cols) if kind == "add_rms" else None
+    v = x + r if r is not None else x
+    slots = _forward_words(v, chunk, kind == "layer")
+    y = torch.full_like(x, float("nan"))
+    h = torch.full_like(x, float("nan")) if r is not None else None
+    stats = (torch.empty(rows), torch.empty(rows)) if kind == "layer" else (torch.empty(rows),)
+    norm_forward("split", x, w, 1e-5, y=y, bias=b if kind == "layer" else None, residual=r, h=h, stats=stats,
+                 split_chunk=chunk, slots=slots, groups=groups)
+    if kind == "layer":
+        close(y, ref_layer(x, w, b))
+        torch.testing.assert_close(stats[0].double(), x.double().mean(-1), rtol=1e-5, atol=1e-6)
+    else:
+        close(y, ref_rms(v, w, 1e-5))
+    torch.testing.assert_close(stats[-1].double(), 1 / torch.sqrt(
+        (v.double() - (v.double().mean(-1, keepdim=True) if kind == "layer" else 0)).pow(2).mean(-1) + 1e-5),
+        rtol=1e-5, atol=0)
+    if h is not None:
+        assert torch.equal(h, v)
+
+
+@pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
+def test_split_backward_exchange_with_several_chunks(kind, groups):
+    from kernelwright.ops.rms_norm_bwd.triton import norm_backward
+
+    rows, cols, chunk = 3, 200, 64
+    x, w, dy = torch.randn(rows, cols), torch.randn(cols), torch.randn(rows, cols)
+    dh = torch.randn(rows, cols) if kind == "add_rms" else None
+    center = kind == "layer"
+    eps = 1e-5 if center else 1e-6  # the references' defaults
+    mean = x.mean(-1) if center else torch.zeros(rows)
+    rstd = torch.rsqrt((x - mean[:, None]).pow(2).mean(-1) + eps)
+    xhat, g = (x - mean[:, None]) * rstd[:, None], dy * w
+    n = -(-cols // chunk)
+    slots = torch.empty(rows, n, dtype=torch.int64)
+    for c in range(n):
+        cs = slice(c * chunk, (c + 1) * chunk)
+        hi = _bits(g[:, cs].sum(-1)) if center else torch.full((rows,), 0x3F800000, dtype=torch.int64)
+        slots[:, c] = (hi << 32) | _bits((xhat[:, cs] * g[:, cs]).sum(-1))
+    dx, dw, db = torch.full_like(x, float("nan")), torch.full_like(w, float("nan")), torch.full_like(w, float("nan"))
+    norm_backward("split", x, w, dy, rstd, dx=dx, dw=dw, mean=mean if center else None, db=db if center else None,
+                  dh=dh, split_chunk=chunk, slots=slots, groups=groups)
+    if center:
+        want = _grads64(ref_layer, x, w, torch.zeros(cols), dys=[dy])
+    else:
+        want = _grads64(ref_rms, x, w, dys=[dy])
+    exp_dx = want[0] + (dh.double() if dh is not None else 0)
+    torch.testing.assert_close(dx.double(), exp_dx, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dw.double(), want[1], rtol=1e-4, atol=1e-4)
+    if center:
+        torch.testing.assert_close(db.double(), dy.double().sum(0), rtol=1e-5, atol=1e-5)
+
+
+# --- the compiled (GPU) path, without a GPU: the interpreter accepts code the compiler rejects ---------------------
+_BF16 = "*bf16"
+
+
+@pytest.mark.parametrize("kernel", ["fwd_fused", "fwd_split", "bwd_fused", "bwd_split"])
+def test_kernels_compile_for_sm90_without_spilling_much(kernel):
+    from kernelwright.harness.inspect import compile_triton, read_cubin
+    from kernelwright.ops.rms_norm import triton as fwd
+    from kernelwright.ops.rms_norm_bwd import triton as bwd
+
+    ints = {n: "i32" for n in ("n_rows", "n_cols", "x_stride", "res_stride", "y_stride", "h_stride", "dy_stride",
+                               "dh_stride", "dx_stride")}
+    if kernel.startswith("fwd"):
+        sig = dict(x_ptr=_BF16, res_ptr=_BF16, w_ptr=_BF16, b_ptr=_BF16, y_ptr=_BF16, h_ptr=_BF16, mean_ptr="*fp32",
+                   rstd_ptr="*fp32", eps="fp32")
+        flags = dict(CENTER=True, RESIDUAL=True, OFFSET=True, SAVE_STATS=True, w_stride=1, b_stride=1)
+    else:
+        sig = dict(x_ptr=_BF16, w_ptr=_BF16, dy_ptr=_BF16, dh_ptr=_BF16, mean_ptr="*fp32", rstd_ptr="*fp32",
+                   dx_ptr=_BF16, dw_ptr="*fp32", db_ptr="*fp32")
+        flags = dict(CENTER=True, DH=True, OFFSET=True, w_stride=1)
+    if kernel == "fwd_fused":
+        rows, block = fwd.fused_tile(4096)
+        fn, cx, warps = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block), fwd.warps_for(rows * block)
+    elif kernel == "bwd_fused":
+        block, rows, warps = bwd.fused_bwd_config(4096)
+        fn, cx = bwd._norm_bwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block, PREFETCH=True)
+    else:
+        mod = fwd if kernel == "fwd_split" else bwd
+        fn = fwd._norm_fwd_split_kernel if kernel == "fwd_split" else bwd._norm_bwd_split_kernel
+        n = 262144 // mod.SPLIT_CHUNK
+        cx, warps = dict(N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=mod.SPLIT_CHUNK), mod.SPLIT_WARPS
+        sig["slot_ptr"] = "*i64"
+    names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
+    art = compile_triton(fn, {**sig, **{n: ints[n] for n in names}}, {**flags, **cx}, num_warps=warps)
+    res = read_cubin(art.cubin, art.kernel)
+    assert res.registers * 32 * warps <= 65536  # one program fits an SM
+    assert res.stack_bytes <= 512, f"{res.stack_bytes} bytes of spills"
+
+
+# --- modules ------------------------------------------------------------------------------------------------------
+def test_rms_norm_module_loads_a_llama_state_dict_and_trains():
+    m = knn.RMSNorm(64, eps=1e-5)
+    assert set(m.state_dict()) == {"weight"} and torch.equal(m.weight, torch.ones(64))
+    w = torch.randn(64)
+    m.load_state_dict({"weight": w})
+    assert m.variance_epsilon == 1e-5
+    x = torch.randn(2, 5, 64, requires_grad=True)
+    y = m(x)
+    close(y, ref_rms(x.detach(), w, 1e-5))
+    y.sum().backward()
+    assert m.weight.grad is not None and x.grad is not None
+    gemma = knn.RMSNorm(64, offset=True)
+    assert torch.equal(gemma.weight, torch.zeros(64))
+    close(gemma(x.detach()), ref_rms(x.detach(), torch.zeros(64), offset=True))
+    # a float32 weight serves bfloat16 activations
+    assert m(x.detach().bfloat16()).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(("shape", "affine", "bias"), [(48, True, True), ((4, 12), True, True), (48, True, False),
+                                                       (48, False, True)])
+def test_layer_norm_module_matches_torch(shape, affine, bias):
+    ours = knn.LayerNorm(shape, eps=1e-5, elementwise_affine=affine, bias=bias)
+    theirs = torch.nn.LayerNorm(shape, eps=1e-5, elementwise_affine=affine, bias=bias)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    assert set(ours.state_dict()) == set(theirs.state_dict())
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(3, 4, 12) if isinstance(shape, tuple) else torch.randn(3, 4, 48)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = ours(xa), theirs(xb)
+    torch.testing.assert_close(ya, yb, rtol=2e-5, atol=2e-5)
+    ya.square().sum().backward()
+    yb.square().sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-4, atol=1e-4)
+    for pa, pb in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(pa.grad, pb.grad, rtol=1e-4, atol=1e-4)
+
+
+# --- peers (run on the GPU by kw bench; their plumbing checked here with eager forwards) ---------------------------
+@pytest.mark.parametrize("kind", ["rms_bwd", "layer_bwd", "add_rms_bwd"])
+def test_backward_peers_compute_the_gradients(kind):
+    fam = {"rms_bwd": "rms_norm_bwd", "layer_bwd": "layer_norm_bwd", "add_rms_bwd": "add_rms_norm_bwd"}[kind]
+    from kernelwright.harness.inputs import generator
+    from kernelwright.harness.verify import compare_outputs, error_scale, reference64
+    from kernelwright.registry import get_family
+
+    family = get_family(fam)
+    eager = {"rms_bwd": nc.eager_rms_norm, "layer_bwd": nc.eager_layer_norm,
+             "add_rms_bwd": nc.eager_add_rms_norm}[kind]
+    run = nc.grad_peer(eager, kind)
+    gen, _ = generator("cpu", 7)
+    case = family.make_case((4, 33), torch.float32, runtime.current_device(), gen, offset=kind != "layer_bwd") \
+        if kind != "layer_bwd" else family.make_case((4, 33), torch.float32, runtime.current_device(), gen)
+    for _ in range(2):  # the second call reuses the kept forward graph
+        got = run(*case.args, **case.kwargs)
+        cmp = compare_outputs(family, got, reference64(family, case), error_scale(family, case), torch.float32)
+        assert cmp.ok, cmp.reason
+
+
+def test_liger_peer_reports_itself_unavailable_without_liger_or_gpu():
+    from kernelwright.errors import Unavailable
+    from kernelwright.registry import get_family
+
+    for name in ("rms_norm", "layer_norm", "add_rms_norm", "rms_norm_bwd"):
+        liger = [p for p in get_family(name).peers if p.name == "liger"][0]
+        try:
+            liger.make()
+        except Unavailable as e:
+            assert "liger" in str(e)
+
+
+# --- errors -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("call", "needle"),
+    [
+        (lambda: ops.rms_norm(torch.randn(3, 4), torch.randn(5)), "weight: expected shape (4,)"),
+        (lambda: ops.rms_norm(torch.randn(3, 4), torch.randn(4, dtype=torch.float16)), "weight: expected dtype "
+                                                                                       "float32 like x"),
+        (lambda: ops.rms_norm(torch.arange(4), torch.randn(4)), "x: expected dtype float32, float16"),
+        (lambda: ops.rms_norm(torch.tensor(1.0), torch.randn(1)), "x: expected a tensor with at least one"),
+        (lambda: ops.rms_norm([1.0], torch.randn(1)), "x: expected a torch.Tensor"),
+        (lambda: ops.rms_norm(torch.randn(3, 4), torch.randn(4), eps=-1.0), "eps: expected a finite number >= 0"),
+        (lambda: ops.rms_norm(torch.randn(3, 4), torch.randn(4), eps=True), "eps: expected a finite number"),
+        (lambda: ops.rms_norm(torch.randn(3, 4), torch.randn(4), offset=1), "offset: expected a bool"),
+        (lambda: ops.rms_norm(torch.randn(3, 4), torch.randn(4), variant=3), "variant: expected a rung name"),
+        (lambda: ops.rms_norm(torch.randn(3, 4), torch.randn(4), variant="bogus"),
+         "variant: family 'rms_norm' has no rung 'bogus'"),
+        (lambda: ops.rms_norm(torch.randn(2, 40000), torch.randn(40000), variant="fused"), "exceeds 32768"),
+        (lambda: ops.layer_norm(torch.randn(3, 4), torch.randn(4), torch.randn(3)), "bias: expected shape (4,)"),
+        (lambda: ops.layer_norm(torch.randn(3, 4), torch.randn(4), torch.randn(4).double()), "bias: expected dtype"),
+        (lambda: ops.layer_norm(torch.randn(3, 4, dtype=torch.float64), torch.randn(4), torch.randn(4)),
+         "x: expected dtype float32"),
+        (lambda: ops.layer_norm(torch.randn(3, 4), torch.randn(4), torch.randn(4), variant="chunky"),
+         "has no rung 'chunky'"),
+        (lambda: ops.add_rms_norm(torch.randn(3, 4), torch.randn(4, 3), torch.randn(4)), "residual: expected shape"),
+        (lambda: ops.add_rms_norm(torch.randn(3, 4), torch.randn(3, 4).half(), torch.randn(4)),
+         "residual: expected dtype float32 like x"),
+        (lambda: ops.add_rms_norm(torch.randn(3, 4), torch.randn(3, 4), torch.randn(4), variant="chunked"),
+         "has no rung 'chunked'"),
+        (lambda: rms_norm_backward(torch.randn(3, 4), torch.randn(3, 4), torch.randn(4), torch.randn(3).double()),
+         "rstd: expected a float32 tensor of shape (3,)"),
+        (lambda: rms_norm_backward(torch.randn(3, 5), torch.randn(3, 4), torch.randn(4), torch.randn(3)),
+         "dy: expected shape (3, 4)"),
+        (lambda: knn.RMSNorm(0), "hidden_size: expected an int >= 1"),
+        (lambda: knn.LayerNorm((4, 0)), "normalized_shape: expected an int or a tuple"),
+        (lambda: knn.LayerNorm(8)(torch.randn(3, 4)), "x: expected trailing dims (8,)"),
+    ],
+)
+def test_bad_input_names_the_argument(call, needle):
+    with pytest.raises(UsageError) as e:
+        call()
+    assert needle in str(e.value)
+
+
+# --- GPU only: the split exchange with real partners, many rows per program ------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["rms_norm", "layer_norm", "add_rms_norm", "rms_norm_bwd", "layer_norm_bwd",
+                                    "add_rms_norm_bwd"])
+def test_split_rungs_on_gpu_with_many_rows(family):
+    from kernelwright.harness.verify import verify
+    from kernelwright.registry import get_family
+
+    fam = get_family(family)
+    results = verify(fam, [fam.rung("split")], [torch.bfloat16, torch.float32], device="cuda",
+                     shapes=[((4000, 20000), {}), ((300, 262144), {}), ((2, 3, 65537), {})])
+    bad = [r for r in results if not r.ok]
+    assert not bad, "\n".join(f"{r.shape} {r.layout} {r.dist}: {r.reason}" for r in bad)
