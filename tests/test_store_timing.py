@@ -107,3 +107,29 @@ def test_roofline_bound():
 def test_sqlite_file_is_wal(db_path):
     Store(db_path)
     assert sqlite3.connect(db_path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_inexact_peer_is_timed_and_flagged_wrong_rung_is_not():
+    import dataclasses
+
+    import torch
+
+    from kernelwright.harness.bench import bench_family
+    from kernelwright.harness.roofline import Ceilings
+    from kernelwright.harness.timing import TimerConfig
+    from kernelwright.registry import Peer, Rung, get_family
+
+    fam = get_family("vector_add")
+    sloppy = Peer("sloppy", lambda: (lambda x, y: x + y + 1e-3), "adds an error")
+    broken = Rung("broken", "torch", "tests.test_store_timing:_broken_add", "writes x only")
+    fam = dataclasses.replace(fam, peers=(sloppy,), rungs=(fam.rungs[0], broken))
+    ceil = Ceilings("cpu", "-", "cpu", 1.0, {"fp32": 1.0}, "now", "test")
+    rows = bench_family(fam, [(1000,)], [torch.float32], ceil, timer=TimerConfig(max_seconds=0.05, min_samples=3))
+    by = {r["variant"]: r for r in rows}
+    assert by["sloppy"]["correct"] is False and by["sloppy"]["median_ms"] and "inexact" in by["sloppy"]["note"]
+    assert by["broken"]["correct"] is False and not by["broken"].get("median_ms")
+    assert "incorrect, not timed" in by["broken"]["note"]
+
+
+def _broken_add(x, y, *, out):
+    return out.copy_(x)
