@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The memory-bound LLM ops (issue 4) on the H200, from the repo root there, in one call of at most 10 minutes; the
+# most wanted numbers first. Liger travels as a wheel in .whl (carry it). Everything lands under $OUT (8 files at
+# most come back); bench rows are stored one by one in $OUT/kernelwright.db, so a step cut short keeps its rows.
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fwd   # GPU tests, forward sweeps (rms_norm, layer_norm,
+#                                                         # add_rms_norm, swiglu), cross-entropy memory, Llama
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwd   # backward sweeps, rope, cross_entropy, softmax_bwd
+set -uo pipefail
+OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
+export KW_GIT_COMMIT=${KW_GIT_COMMIT:-unknown}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="$PWD:/tmp/site"
+else
+  export PYTHONPATH="$PWD"
+fi
+LOG="$OUT/log.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee -a "$LOG"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$LOG"
+python3 -c "import liger_kernel; print('liger-kernel', __import__('importlib.metadata').metadata.version('liger_kernel'))" \
+  2>&1 | tail -1 | tee -a "$LOG"
+echo "commit $KW_GIT_COMMIT" | tee -a "$LOG"
+step() { local t=$1; shift; echo "== $* (limit ${t}s)" | tee -a "$LOG"; local s=$SECONDS
+         timeout "$t" "$@" >> "$LOG" 2>&1; echo "   rc=$? in $((SECONDS - s))s" | tee -a "$LOG"; }
+python3 -m kernelwright.cli roofline >> "$LOG" 2>&1
+case "${1:-fwd}" in
+  fwd)
+    step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \
+      tests/test_softmax_bwd.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    step 240 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 --max-seconds 0.5
+    step 60 python3 benchmarks/experiments/cross_entropy_memory.py --json "$OUT/cross_entropy_memory.json"
+    OUT="$OUT" step 100 python3 benchmarks/experiments/llama_patch_speed.py
+    ;;
+  bwd)
+    step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \
+      cross_entropy softmax_bwd --dtypes bf16 --max-seconds 0.5
+    ;;
+esac
+python3 -m kernelwright.cli report -o "$OUT/report.html" >> "$LOG" 2>&1
+python3 benchmarks/ops_summary.py "$OUT/kernelwright.db" > "$OUT/summary.txt" 2>&1
+cat "$OUT/summary.txt" | head -150
+grep -E "rc=|FAIL|Error|passed|failed" "$LOG" | head -30
