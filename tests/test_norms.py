@@ -70,11 +70,14 @@ def test_add_rms_norm_every_rung(variant):
 
 
 def test_default_variant_by_width():
-    x = torch.empty(2, 20000)
-    assert nc.pick("rms_norm", None, x, {}).name == "split"
-    assert nc.pick("rms_norm", None, torch.empty(2, 4096), {}).name == "fused"
-    assert nc.pick("rms_norm_bwd", None, x, {}).name == "split"
-    assert nc.pick("add_rms_norm", None, torch.empty(2, 40000), {}).name == "split"
+    # the widths where the H200 sweep (run 7/8) changed the winner; see nc.FUSED_PREFERRED_COLS
+    def pick(family, cols):
+        return nc.pick(family, None, torch.empty(2, cols), {}).name
+
+    assert [pick("rms_norm", d) for d in (4096, 8192, 16384, 20000)] == ["fused", "fused", "split", "chunked"]
+    assert [pick("layer_norm", d) for d in (1024, 12288, 65536)] == ["fused", "split", "chunked"]
+    assert [pick("add_rms_norm", d) for d in (16384, 40000)] == ["fused", "split"]  # it has no chunked rung
+    assert [pick("rms_norm_bwd", d) for d in (1024, 8192, 20000)] == ["split"] * 3
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -402,7 +405,7 @@ def test_backward_peers_compute_the_gradients(kind):
     eager = {"rms_bwd": nc.eager_rms_norm, "layer_bwd": nc.eager_layer_norm,
              "add_rms_bwd": nc.eager_add_rms_norm}[kind]
     run = nc.grad_peer(eager, kind)
-    gen, _ = generator("cpu", 7)
+    gen, _ = generator(runtime.current_device(), 7)
     case = family.make_case((4, 33), torch.float32, runtime.current_device(), gen, offset=kind != "layer_bwd") \
         if kind != "layer_bwd" else family.make_case((4, 33), torch.float32, runtime.current_device(), gen)
     for _ in range(2):  # the second call reuses the kept forward graph

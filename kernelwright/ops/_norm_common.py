@@ -30,8 +30,14 @@ FUSED_MAX_COLS = 32768
 """forward ``fused``: the widest row one program holds in registers (32 fp32 values a thread at 1024 threads)"""
 FUSED_BWD_MAX_COLS = 16384
 """backward ``fused``: x, dy, w and the dweight accumulator of a row in registers, so half the forward's width"""
-FUSED_PREFERRED_COLS = 16384
-"""``variant=None`` takes ``fused`` up to this width and ``split`` above (one read and one write at any width)"""
+FUSED_PREFERRED_COLS = {"add_rms": 16384, "rms_bwd": 0, "layer_bwd": 0, "add_rms_bwd": 0}
+"""``variant=None`` takes ``fused`` up to this width (8192 for kinds not listed), ``split`` up to 16384 columns and
+``chunked`` (where the family has it) above. From the H200 run 7/8 sweeps (bf16, benchmarks/journal/norms.md): at
+16384 columns fused reached 2.57 / 2.19 TB/s (rms / layer) against split's 3.83 / 3.59, but add_rms fused 4.10
+against 3.94; at 65536 and 262144 columns chunked 2.79 / 2.67 (rms) and 2.44 / 2.28 (layer) against split's 2.78 /
+2.13 and 2.08 / 0.95. Backward: split won or tied at every width (fused 0.56-1.10 TB/s at 1024-4096 columns,
+before its accumulator fix)."""
+SPLIT_PREFERRED_COLS = 16384
 
 FORWARD_KINDS = ("rms", "layer", "add_rms")
 KINDS = FORWARD_KINDS + ("rms_bwd", "layer_bwd", "add_rms_bwd")
@@ -64,15 +70,21 @@ def fused_bwd_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
     return None
 
 
-def chooser(rungs: tuple[Rung, ...]):
-    """``choose(size, kwargs)``: best-first rung names: fused while a row fits comfortably in registers, split
-    above (one read and one write at any width), then chunked and naive; only the rungs the family has."""
+def chooser(rungs: tuple[Rung, ...], kind: str):
+    """``choose(size, kwargs)``: best-first rung names by row width, as measured on the H200
+    (:data:`FUSED_PREFERRED_COLS`); only the rungs the family has."""
     names = {r.name for r in rungs}
+    fused_max = FUSED_PREFERRED_COLS.get(kind, 8192)
 
     def choose(size: tuple[int, ...], kwargs: dict) -> list[str]:
         d = size[-1] if size else 1
-        order = ["fused", "split"] if d <= FUSED_PREFERRED_COLS else ["split", "fused"]
-        return [n for n in order + ["chunked", "naive"] if n in names]
+        if d <= fused_max:
+            order = ["fused", "split", "chunked"]
+        elif d <= SPLIT_PREFERRED_COLS:
+            order = ["split", "fused", "chunked"]
+        else:
+            order = ["chunked", "split", "fused"]
+        return [n for n in order + ["naive"] if n in names]
 
     return choose
 
@@ -339,7 +351,7 @@ def norm_family(kind: str, name: str, summary: str, reference, rungs: tuple[Rung
         format_size=format_dims,
         flop_unit="vector",
         baseline="torch",
-        choose=chooser(rungs),
+        choose=chooser(rungs, kind),
         scale_axis=("row width (columns)", lambda size: float(size[-1])),
         multi_output=kind not in ("rms", "layer"),
         error_scale=error_scale_for(kind),

@@ -17,9 +17,10 @@ Rungs:
 
 * ``naive``: as unfused eager autograd: xhat and g written as fp32 tensors, a row-sum kernel, a dx kernel, and
   column sums in two stages (per block of rows, then over blocks).
-* ``fused``: a persistent grid as large as the GPU holds at once (one 1024-thread program per SM at the sweep's
-  widths); each program takes tiles of rows in turn, holds a whole tile in registers (the next tile's x and dy
-  already loading), writes dx and keeps dweight partials in registers. Rows up to
+* ``fused``: a persistent grid as large as the GPU holds at once; each program takes tiles of rows in turn, holds
+  a whole tile in registers (the next tile's x and dy already loading), writes dx and keeps dweight partials in a
+  [rows, columns] register accumulator, summed over its rows once at the end (run 8 on the H200: summing over the
+  tile's rows every tile, a cross-warp reduction, held rms_norm_bwd at 16384 x 1024 to 0.56 TB/s). Rows up to
   :data:`~kernelwright.ops._norm_common.FUSED_BWD_MAX_COLS` columns.
 * ``split``: wide rows cut into chunks over cooperating programs, which exchange their two row sums (one 64-bit
   word each) as the forward ``split`` does; each chunk's program keeps the dweight partials of its columns.
@@ -36,7 +37,7 @@ from kernelwright.ops._norm_common import rows2d
 from kernelwright.ops._triton_helpers import to_output
 from kernelwright.ops.rms_norm.triton import naive_block, persistent_groups, split_config, warps_for
 
-FUSED_TILE = 8192  # values of x (and of dy) a fused program holds per step: 64 KB of loads in flight per SM
+FUSED_TILE = 4096  # values of x (and of dy) a fused program holds per step (rows narrower than this are tiled)
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung
 NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
 
@@ -56,8 +57,10 @@ def _norm_bwd_fused_kernel(
     w = tl.load(w_ptr + cols * w_stride, mask=cmask, other=0.0).to(tl.float32)
     if OFFSET:
         w += 1.0
-    dw_acc = tl.zeros([BLOCK], tl.float32)
-    db_acc = tl.zeros([BLOCK], tl.float32)
+    # [BLOCK_R, BLOCK] accumulators, summed over rows once after the loop: a per-tile sum over the rows would be a
+    # cross-warp reduction through shared memory on every tile (rows of a tile live in different warps)
+    dw_acc = tl.zeros([BLOCK_R, BLOCK], tl.float32)
+    db_acc = tl.zeros([BLOCK_R, BLOCK], tl.float32)
     rr = tl.arange(0, BLOCK_R)
     if PREFETCH:
         rows = pid.to(tl.int64) * BLOCK_R + rr
@@ -94,13 +97,13 @@ def _norm_bwd_fused_kernel(
             dx += tl.load(dh_ptr + rows[:, None] * dh_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         tl.store(dx_ptr + rows[:, None] * dx_stride + cols[None, :], to_output(dx, dx_ptr.dtype.element_ty),
                  mask=mask)
-        dw_acc += tl.sum(dy * xhat, 0)
+        dw_acc += dy * xhat
         if CENTER:
-            db_acc += tl.sum(dy, 0)
+            db_acc += dy
     part = pid.to(tl.int64) * n_cols + cols
-    tl.store(dw_ptr + part, dw_acc, mask=cmask)
+    tl.store(dw_ptr + part, tl.sum(dw_acc, 0), mask=cmask)
     if CENTER:
-        tl.store(db_ptr + part, db_acc, mask=cmask)
+        tl.store(db_ptr + part, tl.sum(db_acc, 0), mask=cmask)
 
 
 # --- rung: split ---------------------------------------------------------------------------------------------------
@@ -304,13 +307,15 @@ def _naive_backward(x2, w, dy2, dh2, mean, rstd, dx2, dw, db, offset) -> None:
 
 # --- launcher ------------------------------------------------------------------------------------------------------
 def fused_bwd_config(n_cols: int) -> tuple[int, int, int]:
-    """(columns block, rows per tile, warps) of the fused backward: tiles of :data:`FUSED_TILE` values over 32
-    warps. From sm_90 register counts (no GPU measurement yet): x, dy, their prefetched successors, w and the
-    dweight accumulator take ~7 registers a value, so 8 values a thread (64 registers at 1024 threads) is what fits
-    without spilling; fewer warps per tile spill or leave an SM a single 256-thread program."""
+    """(columns block, rows per tile, warps) of the fused backward. Narrow rows are grouped into tiles of
+    :data:`FUSED_TILE` values over 16 warps: x, dy, their prefetched successors, w and the [rows, columns] dweight
+    (and dbias) accumulators take 88-112 registers a thread at 8 values a thread (sm_90 cubins, ``kw inspect``
+    style compile); the same tile over 32 warps is capped at 64 registers and spills (24-252 bytes of local memory
+    a thread). Rows wider than a tile take one row a program, 32 warps."""
     block = triton.next_power_of_2(n_cols)
     block_r = max(1, min(16, FUSED_TILE // block))
-    return block, block_r, 32 if block_r * block >= FUSED_TILE else warps_for(block_r * block)
+    tile = block_r * block
+    return block, block_r, 32 if tile > FUSED_TILE else 16 if tile == FUSED_TILE else warps_for(tile)
 
 
 def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, rstd: torch.Tensor, *,
