@@ -19,7 +19,7 @@ from kernelwright import runtime
 from kernelwright.errors import Unavailable
 from kernelwright.harness.inputs import dtype_name, generator
 from kernelwright.harness.roofline import Ceilings
-from kernelwright.harness.timing import TimerConfig, time_fn
+from kernelwright.harness.timing import TimerConfig, rotation_sets, time_fn
 from kernelwright.harness.verify import compare_outputs, error_scale, new_outputs, reference64
 from kernelwright.registry import Case, Family
 
@@ -157,10 +157,9 @@ def _caller(c: Contender, family: Family, case: Case, dtype, device) -> Callable
 def _rotation(c: Contender, family: Family, case: Case, dtype, device, nbytes: float) -> list | None:
     """For small problems, calls on fresh input sets whose bytes together are 3x the L2, so graph-mode timing
     (no flush between calls) still reads from device memory."""
-    l2 = runtime.device_facts().get("l2_bytes") or 0
-    if not l2 or nbytes >= 3 * l2:
+    n_sets = rotation_sets(nbytes)
+    if n_sets == 1:
         return None
-    n_sets = min(256, -(-3 * l2 // int(max(nbytes, 1))))
     calls = []
     for _ in range(n_sets):
         gen, _seed = generator(device)

@@ -97,6 +97,18 @@ class TimerConfig:
     graph_reps: int = 20
 
 
+def rotation_sets(nbytes: float, cap: int = 256) -> int:
+    """How many input sets of ``nbytes`` each a graph-mode timing must cycle through so that together they are 3x
+    the device's L2 (each call then reads its operands from device memory, as after a flush); 1 when one set is
+    already that large or the L2 size is unknown."""
+    from kernelwright import runtime
+
+    l2 = runtime.device_facts().get("l2_bytes") or 0
+    if not l2 or nbytes >= 3 * l2:
+        return 1
+    return int(min(cap, -(-3 * l2 // int(max(nbytes, 1)))))
+
+
 def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device: str | None = None,
             rotate: Callable[[], list[Callable[[], object]] | None] | None = None) -> Timing:
     """Time ``fn()`` (which launches work and returns) on ``device`` (``cuda`` or ``cpu``).

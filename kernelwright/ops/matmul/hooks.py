@@ -9,6 +9,7 @@ import torch
 
 from kernelwright import tune
 from kernelwright.harness.inputs import poisoned_like
+from kernelwright.harness.timing import rotation_sets
 
 
 # --- tune --------------------------------------------------------------------------------------------------------
@@ -32,7 +33,15 @@ def _tune(rung: str, case, dtype, force: bool = False, on_step=None) -> tune.Tun
         out = poisoned_like((size[0], size[1]), dtype, a.device)  # fresh poison: a config must write every element
         return lambda: launch(a, b, out, cfg, False)
 
-    return tune.tune(space, size, dtype, make_call, on_step=on_step,
+    # other operand sets (copies of a and b: the values do not change a matmul's time), enough to overflow the L2
+    n_sets = rotation_sets((a.numel() + b.numel() + size[0] * size[1]) * a.element_size(), cap=64) - 1
+    others = [(a.clone(), b.clone(), torch.empty((size[0], size[1]), dtype=dtype, device=a.device))
+              for _ in range(n_sets)]
+
+    def rotate(cfg):
+        return [make_call(cfg)] + [functools.partial(launch, ai, bi, oi, cfg, False) for ai, bi, oi in others]
+
+    return tune.tune(space, size, dtype, make_call, on_step=on_step, rotate=rotate if others else None,
                      check=lambda out: compare(out, ref, fam.tolerances[dtype], scale).ok)
 
 
