@@ -5,6 +5,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fwd   # GPU tests, forward sweeps (rms_norm, layer_norm,
 #                                                         # add_rms_norm, swiglu), cross-entropy memory, Llama
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwd   # backward sweeps, rope, cross_entropy, softmax_bwd
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh recheck  # GPU tests, fused vs split backward, CE memory
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -32,6 +33,16 @@ case "${1:-fwd}" in
     step 240 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 --max-seconds 0.5
     step 60 python3 benchmarks/experiments/cross_entropy_memory.py --json "$OUT/cross_entropy_memory.json"
     OUT="$OUT" step 100 python3 benchmarks/experiments/llama_patch_speed.py
+    ;;
+  recheck)
+    # after run 7/8: the fused backward's accumulator fix (7403a50), cross_entropy's default rung (online), and the
+    # GPU tests that run 7's -x stopped
+    step 150 python3 -m pytest -q -p no:cacheprovider tests/test_norms.py tests/test_swiglu_rope_ce.py \
+      tests/test_softmax_bwd.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    step 90 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+      --sizes 16384x1024,16384x4096,16384x8192 --variant fused --variant split --max-seconds 0.5
+    step 60 python3 benchmarks/experiments/cross_entropy_memory.py --json "$OUT/cross_entropy_memory.json"
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \
