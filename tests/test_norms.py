@@ -77,7 +77,7 @@ def test_default_variant_by_width():
     assert [pick("rms_norm", d) for d in (4096, 8192, 16384, 20000)] == ["fused", "fused", "split", "chunked"]
     assert [pick("layer_norm", d) for d in (1024, 12288, 65536)] == ["fused", "split", "chunked"]
     assert [pick("add_rms_norm", d) for d in (16384, 40000)] == ["fused", "split"]  # it has no chunked rung
-    assert [pick("rms_norm_bwd", d) for d in (1024, 8192, 20000)] == ["split"] * 3
+    assert [pick("rms_norm_bwd", d) for d in (1024, 4096, 20000)] == ["fused", "split", "split"]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -30,13 +30,14 @@ FUSED_MAX_COLS = 32768
 """forward ``fused``: the widest row one program holds in registers (32 fp32 values a thread at 1024 threads)"""
 FUSED_BWD_MAX_COLS = 16384
 """backward ``fused``: x, dy, w and the dweight accumulator of a row in registers, so half the forward's width"""
-FUSED_PREFERRED_COLS = {"add_rms": 16384, "rms_bwd": 0, "layer_bwd": 0, "add_rms_bwd": 0}
+FUSED_PREFERRED_COLS = {"add_rms": 16384, "rms_bwd": 1024, "layer_bwd": 1024, "add_rms_bwd": 1024}
 """``variant=None`` takes ``fused`` up to this width (8192 for kinds not listed), ``split`` up to 16384 columns and
 ``chunked`` (where the family has it) above. From the H200 run 7/8 sweeps (bf16, benchmarks/journal/norms.md): at
 16384 columns fused reached 2.57 / 2.19 TB/s (rms / layer) against split's 3.83 / 3.59, but add_rms fused 4.10
 against 3.94; at 65536 and 262144 columns chunked 2.79 / 2.67 (rms) and 2.44 / 2.28 (layer) against split's 2.78 /
-2.13 and 2.08 / 0.95. Backward: split won or tied at every width (fused 0.56-1.10 TB/s at 1024-4096 columns,
-before its accumulator fix)."""
+2.13 and 2.08 / 0.95. Backward (run 9, after the fused accumulator fix): fused wins at 1024 columns (rms / layer /
+add_rms 1.96 / 1.37 / 2.07 TB/s against split's 1.13 / 0.82 / 1.37), split at 4096 (3.32 / 2.52 / 3.50 against
+2.74 / 2.24 / 2.83) and they tie at 8192; widths between 1024 and 4096 were not measured."""
 SPLIT_PREFERRED_COLS = 16384
 
 FORWARD_KINDS = ("rms", "layer", "add_rms")
