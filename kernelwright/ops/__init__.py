@@ -2,6 +2,7 @@
 best rung for the device and shape. Kernels are compiled on first use."""
 
 from kernelwright.ops.add_rms_norm.api import add_rms_norm
+from kernelwright.ops.attention.api import attention, attention_varlen
 from kernelwright.ops.cross_entropy.api import cross_entropy
 from kernelwright.ops.layer_norm.api import layer_norm
 from kernelwright.ops.matmul.api import matmul
@@ -12,4 +13,4 @@ from kernelwright.ops.swiglu.api import swiglu
 from kernelwright.ops.vector_add.api import vector_add
 
 __all__ = ["matmul", "softmax", "vector_add", "swiglu", "rope", "cross_entropy",
-           "rms_norm", "layer_norm", "add_rms_norm"]
+           "rms_norm", "layer_norm", "add_rms_norm", "attention", "attention_varlen"]

@@ -1,0 +1,450 @@
+"""attention forward: every rung's o AND lse against the float64 reference (test_ladders.py checks o on the family's
+fuzz list), GQA ratios, Sq != Skv both ways, bottom-right causal masks, fully masked rows, varlen batches (empty
+sequences included, and equal to running each sequence alone), FlashAttention-4's lazy rescale on inputs built
+to trigger it, the public API and its errors, the cost model, the CPU-runnable peer and the tune hook.
+
+Shapes are small (the interpreter costs ~2 ms a program) and chosen for a reason written next to each; large
+shapes run on the GPU (``-m gpu`` at the end)."""
+
+import math
+import sys
+import types
+
+import pytest
+import torch
+
+from kernelwright import ops, runtime
+from kernelwright.errors import UsageError
+from kernelwright.harness.inputs import generator
+from kernelwright.harness.verify import compare, error_scale, reference64
+from kernelwright.ops.attention import spec
+from kernelwright.ops.attention.api import attention_forward
+from kernelwright.ops.attention.reference import attention_with_lse
+from kernelwright.registry import get_family
+
+FAM = get_family("attention")
+RUNGS = [r.name for r in FAM.rungs]
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _device():
+    return runtime.current_device()
+
+
+def _case(size, dtype, dist="normal", layout="contiguous", **kw):
+    gen, seed = generator("cpu")
+    case = FAM.make_case(size, dtype, "cpu", gen, dist=dist, layout=layout, **kw)
+    if _device() != "cpu":
+        from kernelwright.harness.verify import _to_device
+
+        case = _to_device(case, _device())
+    return case, seed
+
+
+def _lse_close(lse: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    """Same -inf positions; elsewhere within fp32 score error (|scale q.k| stays under ~100 on these inputs)."""
+    assert lse.dtype == torch.float32, what
+    assert not torch.isnan(lse).any(), f"{what}: NaN in lse"
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref)), f"{what}: -inf rows differ"
+    fin = torch.isfinite(ref)
+    err = (lse.double()[fin] - ref[fin]).abs()
+    allowed = 1e-5 + 2e-6 * ref[fin].abs()
+    assert bool((err <= allowed).all()), f"{what}: lse off by {float(err.max()):.3g}"
+
+
+def _check(rung, size, dtype, dist="normal", layout="contiguous", **kw):
+    """o and lse of ``rung`` on a fresh case against float64; returns (o, lse, ref_o, ref_lse)."""
+    case, seed = _case(size, dtype, dist, layout, **kw)
+    q, k, v, *cu = case.args
+    cu_q, cu_k = cu or (None, None)
+    o, lse = attention_forward(q, k, v, causal=case.kwargs["causal"], scale=case.kwargs["scale"], cu_seqlens_q=cu_q,
+                               cu_seqlens_k=cu_k, max_seqlen_q=case.kwargs.get("max_seqlen_q"),
+                               max_seqlen_k=case.kwargs.get("max_seqlen_k"), variant=rung)
+    ref_o, ref_lse = attention_with_lse(*[a.double() if a.is_floating_point() else a for a in case.args],
+                                        **case.kwargs)
+    what = f"{rung} {case.label} {dtype} {dist} {layout} seed={seed}"
+    assert o.dtype == dtype and o.is_contiguous() and o.shape == q.shape, what
+    cmp = compare(o, ref_o, FAM.tolerances[dtype], error_scale(FAM, case))
+    assert cmp.ok, f"{what}: {cmp.reason}"
+    _lse_close(lse, ref_lse, what)
+    return o, lse, ref_o, ref_lse
+
+
+# --- every rung, o and lse -----------------------------------------------------------------------------------------
+S = spec._s
+C, V, VC = spec.CAUSAL, spec.VARLEN, spec.VARLEN_CAUSAL
+SHAPES = [  # (size, kwargs, dtype, dist, layout): each rung sees every one
+    (S(2, 4, 4, 17, 17, 32, C), {}, "bf16", "normal", "contiguous"),       # MHA (ratio 1), causal, 17 rows
+    (S(1, 8, 2, 129, 129, 16, C), {}, "fp16", "large", "strided"),         # GQA 4, one row past 128, large logits
+    (S(1, 8, 1, 1, 77, 64), {}, "bf16", "heavy", "transposed"),            # MQA 8, decoding: one query row
+    (S(1, 4, 4, 23, 71, 32, C), {}, "fp32", "uniform", "contiguous"),      # Sq < Skv causal: a chunk on a cache
+    (S(1, 4, 2, 90, 30, 32, C), {}, "fp16", "normal", "contiguous"),       # Sq > Skv causal: 60 rows see nothing
+    (S(2, 2, 2, 100, 13, 24), {"scale": 0.7}, "bf16", "normal", "strided"),  # Sq > Skv, D 24 padded, given scale
+    (S(3, 4, 2, 50, 50, 32, VC), {"lens": ((0, 0), (50, 50), (17, 9))}, "bf16", "uniform", "contiguous"),
+]
+
+
+@pytest.mark.parametrize("rung", RUNGS)
+@pytest.mark.parametrize(("size", "kw", "dt", "dist", "layout"), SHAPES,
+                         ids=[f"{spec.format_size(s[0])}-{s[2]}" for s in SHAPES])
+def test_rung_o_and_lse_match_float64(rung, size, kw, dt, dist, layout):
+    _check(rung, size, DTYPES[dt], dist, layout, **kw)
+
+
+@pytest.mark.parametrize("rung", RUNGS)
+def test_fully_masked_rows_are_zero_with_minus_inf_lse(rung):
+    # causal, Sq = 40 > Skv = 25: query rows i < 15 attend to no key (i + Skv - Sq < 0)
+    o, lse, _, _ = _check(rung, S(1, 2, 1, 40, 25, 32, C), torch.bfloat16)
+    assert torch.equal(o[:, :, :15], torch.zeros_like(o[:, :, :15]))
+    assert bool((lse[:, :, :15] == float("-inf")).all())
+    assert bool(torch.isfinite(lse[:, :, 15:]).all())
+    # no keys at all (Skv = 0): every row
+    o, lse, _, _ = _check(rung, S(1, 2, 2, 3, 0, 16), torch.float16)
+    assert not o.any() and bool((lse == float("-inf")).all())
+
+
+@pytest.mark.parametrize("ratio", [1, 4, 8])
+def test_gqa_ratios(ratio):
+    # query head h reads kv head h // ratio: compare with the same heads repeated (MHA) through the public op
+    case, _ = _case(S(1, 8, 8 // ratio, 33, 40, 32, C), torch.float16)
+    q, k, v = case.args
+    got = ops.attention(q, k, v, causal=True)
+    rep = ops.attention(q, k.repeat_interleave(ratio, 1), v.repeat_interleave(ratio, 1), causal=True)
+    torch.testing.assert_close(got, rep, rtol=0, atol=0)
+    _check(None, S(1, 8, 8 // ratio, 33, 40, 32, C), torch.float16)
+
+
+@pytest.mark.parametrize("sq", [1, 17, 129])
+@pytest.mark.parametrize("causal", [False, True])
+def test_lengths_and_alignment(sq, causal):
+    # lengths 1, 17, 129 against keys shorter, equal and longer (70 keys: not a multiple of 16, 32 or 64)
+    for skv in (sq, 70):
+        _check("exp2_lazy", S(1, 2, 1, sq, skv, 16, C if causal else spec.FULL), torch.bfloat16)
+
+
+def test_causal_is_bottom_right_aligned():
+    # a 3-query chunk after a 5-key cache: query i sees keys 0..i+2, i.e. row 0 sees 3 keys, row 2 all 5
+    case, _ = _case(S(1, 1, 1, 3, 5, 16, C), torch.float32)
+    q, k, v = case.args
+    o = ops.attention(q, k, v, causal=True)
+    for i in range(3):
+        n = i + 3
+        w = torch.softmax((q[0, 0, i].double() @ k[0, 0, :n].double().T) / 4.0, -1)
+        torch.testing.assert_close(o[0, 0, i].double(), w @ v[0, 0, :n].double(), rtol=1e-5, atol=1e-6)
+
+
+# --- FlashAttention-4's lazy rescale ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("pattern", ["rising", "falling", "jump"])
+@pytest.mark.parametrize("rung", ["exp2_lazy", "tuned"])
+def test_lazy_rescale_stays_exact(rung, pattern):
+    # scores built to move the row max across key tiles: rising by ~3 per 64-key tile (a rescale every third tile),
+    # falling (the first tile's max is never exceeded: no rescale after it), one jump of +40 in the last tile
+    d, skv = 32, 300
+    q = torch.zeros(1, 2, 20, d)
+    q[..., 0] = 1.0
+    k = torch.randn(1, 2, skv, d) * 0.1
+    pos = torch.arange(skv, dtype=torch.float32)
+    col = {"rising": pos / 64 * 3 * math.sqrt(d), "falling": -pos / 64 * 3 * math.sqrt(d),
+           "jump": torch.where(pos >= 256, 40.0 * math.sqrt(d), 0.0)}[pattern]
+    k[..., 0] = col
+    v = torch.randn(1, 2, skv, d)
+    dev = _device()
+    q, k, v = (t.to(torch.bfloat16).to(dev) for t in (q, k, v))
+    o, lse = attention_forward(q, k, v, causal=False, scale=None, variant=rung)
+    ref_o, ref_lse = attention_with_lse(q.double(), k.double(), v.double())
+    from kernelwright.ops.attention.reference import error_scale as es
+
+    cmp = compare(o, ref_o, FAM.tolerances[torch.bfloat16], es(q.double(), k.double(), v.double()))
+    assert cmp.ok, cmp.reason
+    _lse_close(lse, ref_lse, f"{rung} {pattern}")
+
+
+# --- varlen --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_equals_each_sequence_alone(causal):
+    lens = ((5, 9), (0, 3), (33, 33), (1, 0), (20, 70))
+    case, _ = _case(S(5, 4, 2, 33, 70, 32, VC if causal else V), torch.float16, lens=lens)
+    q, k, v, cu_q, cu_k = case.args
+    o, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, causal=causal, return_lse=True)
+    assert o.shape == q.shape and lse.shape == (4, q.shape[0])
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(lens)):
+        qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        one, one_lse = ops.attention(q[qs].transpose(0, 1)[None], k[ks].transpose(0, 1)[None],
+                                     v[ks].transpose(0, 1)[None], causal=causal, return_lse=True)
+        torch.testing.assert_close(o[qs], one[0].transpose(0, 1), rtol=2**-10, atol=1e-6)
+        torch.testing.assert_close(lse[:, qs], one_lse[0], rtol=1e-6, atol=1e-6)
+
+
+def test_varlen_every_rung_with_empty_sequences():
+    lens = ((0, 0), (7, 0), (0, 5), (40, 40), (3, 12))
+    for rung in RUNGS:
+        _check(rung, S(5, 2, 1, 40, 40, 16, VC), torch.bfloat16, lens=lens)
+
+
+# --- public API ----------------------------------------------------------------------------------------------------
+def test_public_api_defaults_and_lse():
+    case, _ = _case(S(2, 4, 2, 10, 12, 32), torch.bfloat16)
+    q, k, v = case.args
+    o = ops.attention(q, k, v)
+    o2, lse = ops.attention(q, k, v, return_lse=True)
+    assert o.shape == q.shape and o.dtype == q.dtype and lse.shape == (2, 4, 10) and lse.dtype == torch.float32
+    torch.testing.assert_close(o, o2, rtol=0, atol=0)
+    o3 = ops.attention(q, k, v, scale=1 / math.sqrt(32))  # the default scale, spelled out
+    torch.testing.assert_close(o, o3, rtol=0, atol=0)
+    for variant in RUNGS:
+        ops.attention(q, k, v, variant=variant)
+    with pytest.raises(UsageError, match="variant"):
+        ops.attention(q, k, v, variant="nope")
+    # empty batch and no queries: empty results, no launch
+    assert ops.attention(q[:0], k[:0], v[:0]).shape == (0, 4, 10, 32)
+    e, e_lse = ops.attention(q[:, :, :0], k, v, return_lse=True)
+    assert e.shape == (2, 4, 0, 32) and e_lse.shape == (2, 4, 0)
+
+
+def _bad_inputs():
+    t = torch.randn(1, 4, 8, 16)
+    kv = torch.randn(1, 2, 8, 16)
+    p = torch.randn(10, 4, 16)
+    pk = torch.randn(12, 2, 16)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    cuk = torch.tensor([0, 6, 12], dtype=torch.int32)
+    a, av = ops.attention, ops.attention_varlen
+    return [
+        ("k: expected a number of heads", lambda: a(t, torch.randn(1, 3, 8, 16), torch.randn(1, 3, 8, 16))),
+        ("k: expected head dim D = 16", lambda: a(t, torch.randn(1, 2, 8, 32), torch.randn(1, 2, 8, 32))),
+        ("v: expected head dim D = 16", lambda: a(t, kv, torch.randn(1, 2, 8, 8))),
+        ("v: expected shape", lambda: a(t, kv, torch.randn(1, 2, 9, 16))),
+        ("q: head dim D = 512", lambda: a(torch.randn(1, 1, 2, 512), torch.randn(1, 1, 2, 512),
+                                          torch.randn(1, 1, 2, 512))),
+        ("q: expected dtype", lambda: a(t.double(), kv.double(), kv.double())),
+        ("k: expected dtype float32 like q", lambda: a(t, kv.half(), kv)),
+        ("q: expected a 4-D tensor", lambda: a(p, kv, kv)),
+        ("k: expected a 4-D tensor", lambda: a(t, pk, kv)),
+        ("k: expected batch size 1", lambda: a(t, torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16))),
+        ("q: expected a torch.Tensor", lambda: a([1.0], kv, kv)),
+        ("q: expected a CPU or CUDA tensor", lambda: a(t.to("meta"), kv, kv)),
+        ("causal: expected a bool", lambda: a(t, kv, kv, causal=1)),
+        ("scale: expected a positive finite number", lambda: a(t, kv, kv, scale=-1.0)),
+        ("scale: expected a positive finite number", lambda: a(t, kv, kv, scale=float("nan"))),
+        ("return_lse: expected a bool", lambda: a(t, kv, kv, return_lse="yes")),
+        ("q: expected a 3-D tensor", lambda: av(t, pk, pk, cu, cuk)),
+        ("cu_seqlens_q: expected non-decreasing offsets starting at 0",
+         lambda: av(p, pk, pk, torch.tensor([0, 6, 4, 10], dtype=torch.int32), torch.tensor([0, 2, 4, 12]))),
+        ("cu_seqlens_q: expected non-decreasing offsets starting at 0",
+         lambda: av(p, pk, pk, torch.tensor([1, 10], dtype=torch.int32), torch.tensor([0, 12]))),
+        ("cu_seqlens_q: expected the last offset to equal the packed length 10",
+         lambda: av(p, pk, pk, torch.tensor([0, 4, 9], dtype=torch.int32), cuk)),
+        ("cu_seqlens_k: expected the last offset to equal the packed length 12",
+         lambda: av(p, pk, pk, cu, torch.tensor([0, 6, 13], dtype=torch.int32))),
+        ("cu_seqlens_q: expected dtype int32", lambda: av(p, pk, pk, cu.float(), cuk)),
+        ("cu_seqlens_q: expected a 1-D tensor", lambda: av(p, pk, pk, cu[None], cuk)),
+        ("cu_seqlens_k: expected 3 offsets like cu_seqlens_q",
+         lambda: av(p, pk, pk, cu, torch.tensor([0, 2, 4, 12], dtype=torch.int32))),
+        ("max_seqlen_q: expected an int >= the longest sequence (6)", lambda: av(p, pk, pk, cu, cuk, 5)),
+        ("k: expected a number of heads that divides q's 4",
+         lambda: av(p, torch.randn(12, 3, 16), torch.randn(12, 3, 16), cu, cuk)),
+    ]
+
+
+@pytest.mark.parametrize("n", range(len(_bad_inputs())))
+def test_bad_input_names_the_argument(n):
+    expected, call = _bad_inputs()[n]
+    with pytest.raises(UsageError) as err:
+        call()
+    assert str(err.value).startswith(expected.split(":")[0] + ":"), str(err.value)
+    assert expected in str(err.value), str(err.value)
+
+
+@pytest.mark.gpu
+def test_different_devices_are_an_error():
+    q = torch.randn(1, 2, 4, 16, device="cuda")
+    with pytest.raises(UsageError, match="k: expected device cuda"):
+        ops.attention(q, q.cpu(), q)
+    with pytest.raises(UsageError, match="cu_seqlens_q: expected device"):
+        p = torch.randn(4, 2, 16, device="cuda")
+        ops.attention_varlen(p, p, p, torch.tensor([0, 4], dtype=torch.int32), torch.tensor([0, 4], device="cuda"))
+
+
+# --- autograd routing (the backward lives in kernelwright.ops.attention.autograd) ---------------------------------
+def test_requires_grad_routes_to_attention_autograd(monkeypatch):
+    calls = []
+
+    def fake(q, k, v, **kw):
+        calls.append(kw)
+        return "routed"
+
+    monkeypatch.setitem(sys.modules, "kernelwright.ops.attention.autograd",
+                        types.SimpleNamespace(attention_autograd=fake))
+    q = torch.randn(1, 2, 4, 16, device=_device(), requires_grad=True)
+    k = torch.randn(1, 1, 4, 16, device=_device())
+    assert ops.attention(q, k, k, causal=True, return_lse=True) == "routed"
+    assert calls[-1] == {"causal": True, "scale": 0.25, "cu_seqlens_q": None, "cu_seqlens_k": None,
+                         "max_seqlen_q": None, "max_seqlen_k": None, "return_lse": True}
+    p = torch.randn(4, 2, 16, device=_device(), requires_grad=True)
+    cu = torch.tensor([0, 1, 4], dtype=torch.int32, device=_device())
+    assert ops.attention_varlen(p, p, p, cu, cu) == "routed"
+    assert calls[-1]["max_seqlen_q"] == 3 and calls[-1]["cu_seqlens_k"] is not None
+    with torch.no_grad():  # no graph wanted: the forward kernels directly
+        assert ops.attention(q, k, k).shape == q.shape
+    assert ops.attention(q.detach(), k, k).grad_fn is None
+
+
+def test_missing_backward_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "kernelwright.ops.attention.autograd", None)  # import fails
+    q = torch.randn(1, 2, 4, 16, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="backward"):
+        ops.attention(q, q, q)
+
+
+# --- sizes, cost, peers, tune ---------------------------------------------------------------------------------------
+def test_size_parse_and_format():
+    assert spec.parse_size("4x32x4096x128") == spec.encode(4, 32, 32, 4096, 4096, 128)
+    assert spec.parse_size("4x32x8x4k x128".replace(" ", "")) == spec.encode(4, 32, 8, 4096, 4096, 128)
+    assert spec.parse_size("2x16x16x100x300x64:causal") == spec.encode(2, 16, 16, 100, 300, 64, causal=True)
+    assert spec.parse_size("4096") == spec.encode(4, 32, 32, 4096, 4096, 128)
+    for text in ("4x32x8x4096x4096x128:causal", "8x32x8x4096x4096x128:varlen:causal", "1x2x2x3x5x16"):
+        assert spec.format_size(spec.parse_size(text)) == text
+    for bad in ("4x32x4096", "4x32x5x4096x128", "4x32x4096x128:sliding"):
+        with pytest.raises(UsageError, match="sizes"):
+            spec.parse_size(bad)
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(1, 1), (5, 9), (9, 5), (17, 17), (0, 4), (4, 0), (64, 200)])
+def test_causal_pair_count_is_exact(lq, lk):
+    i = torch.arange(lq)[:, None]
+    j = torch.arange(lk)[None, :]
+    assert spec.pairs(lq, lk, True) == int((j <= i + lk - lq).sum())
+    assert spec.pairs(lq, lk, False) == lq * lk
+
+
+def test_cost_counts_real_tokens_and_unmasked_pairs():
+    flops, nbytes = spec.cost(spec.encode(4, 32, 8, 4096, 4096, 128), torch.bfloat16)
+    assert flops == 4 * 32 * 128 * 4 * 4096 * 4096
+    assert nbytes == (2 * 4 * 4096 * 32 + 2 * 4 * 4096 * 8) * 128 * 2 + 4 * 4 * 32 * 4096
+    causal, _ = spec.cost(spec.encode(4, 32, 8, 4096, 4096, 128, causal=True), torch.bfloat16)
+    assert causal == 4 * 32 * 128 * 4 * 4096 * 4097 // 2
+    size = spec.encode(8, 32, 8, 4096, 4096, 128, varlen=True, causal=True)
+    lq, lk = spec.seqlens(size)
+    assert lq == lk and lq[0] == 4096 and all(256 <= x <= 4096 for x in lq) and lq == spec.seqlens(size)[0]
+    assert spec.cost(size, torch.bfloat16)[0] == sum(4 * 32 * 128 * x * (x + 1) // 2 for x in lq)
+    gen, _ = generator("cpu")
+    case = FAM.make_case(spec.encode(3, 2, 2, 40, 40, 16, varlen=True), torch.float16, "cpu", gen)
+    assert case.args[0].shape[0] == sum(spec.seqlens(case.size)[0])
+
+
+def test_torch_peer_matches_the_reference_on_cpu():
+    # the math-backend peer (the baseline) through our wrapper: GQA, bottom-right causal with Sq != Skv, varlen
+    peer = next(p for p in FAM.peers if p.name == "torch").make()
+    for size, kw in [(S(1, 4, 2, 9, 20, 32, C), {}), (S(1, 4, 1, 16, 16, 16, C), {}),
+                     (S(3, 2, 1, 20, 20, 16, VC), {"lens": ((20, 20), (3, 12), (7, 7))})]:
+        case, _ = _case(size, torch.float32, **kw)
+        cmp = compare(peer(*case.args, **case.kwargs), reference64(FAM, case), FAM.tolerances[torch.float32],
+                      error_scale(FAM, case))
+        assert cmp.ok, f"{case.label}: {cmp.reason}"
+
+
+def test_tune_hook_searches_and_caches(monkeypatch, tmp_path):
+    from kernelwright import tune
+    from kernelwright.ops.attention import hooks
+    from kernelwright.ops.attention import triton as T
+
+    monkeypatch.setenv("KW_CACHE_DIR", str(tmp_path))
+    small = tune.Space("attention.tuned.test", T.AttentionConfig,
+                       lambda dtype: [T.AttentionConfig(16, 16, 4, 2), T.AttentionConfig(32, 16, 4, 2)],
+                       T._prune, T._bucket, T._default)
+    monkeypatch.setitem(T.SPACES, "tuned", small)
+    tune.forget()
+    case, _ = _case(S(1, 2, 1, 40, 40, 16, C), torch.float16)
+    res = hooks.tune_tuned(case, torch.float16, force=True)
+    assert res.source == "tuned" and len([t for t in res.trials if t.median_ms is not None]) == 2
+    assert hooks.tune_tuned(case, torch.float16).source == "cache"
+    tune.forget()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("cfg", [(64, 32, 4, 2, False, True), (32, 16, 4, 2, True, True)], ids=["tma", "tma-ws"])
+def test_tuned_rung_tma_and_warp_specialized_configs(cfg, layout):
+    # configs the tuner may pick on Hopper: k/v by TMA descriptors (emulated by the interpreter) and the warp-
+    # specialized key loop; a transposed layout has no unit last stride, so the same config takes the pointer path
+    from kernelwright.ops.attention import triton as T
+
+    config = T.AttentionConfig(*cfg)
+    cases = [(S(2, 4, 2, 70, 45, 24, C), {}), (S(3, 2, 1, 40, 60, 32, VC), {"lens": ((0, 5), (40, 60), (9, 9))})]
+    for size, kw in cases:
+        case, seed = _case(size, torch.bfloat16, "large", layout, **kw)
+        q, k, v, *cu = case.args
+        p = T._problem(q, k, v, *(cu or (None, None)), case.kwargs.get("max_seqlen_q"),
+                       case.kwargs.get("max_seqlen_k"), q, T._scratch_lse(q, bool(cu), None))
+        uses_tma = T._kv_descriptors(k, v, p, config)[0] is not None
+        if not cu:  # (a varlen k with one head is unit-strided in both layouts)
+            assert uses_tma == (layout == "contiguous")
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        T.attention_tuned(*case.args, out=out, config=config, **case.kwargs)
+        cmp = compare(out, reference64(FAM, case), FAM.tolerances[torch.bfloat16], error_scale(FAM, case))
+        assert cmp.ok, f"{case.label} seed={seed}: {cmp.reason}"
+
+
+@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2_lazy", "tuned"])
+def test_flash_rungs_compile_for_hopper_without_spills(rung):
+    # what the H200 will run, compiled here for sm_90 (Triton bundles ptxas): wgmma tensor-core code, no local
+    # memory; for the tuned rung also its TMA candidates (descriptors of 4-D padded and 3-D packed k and v)
+    from kernelwright.harness import inspect as ki
+    from kernelwright.ops.attention import hooks
+    from kernelwright.ops.attention import triton as T
+
+    configs = [None] + ([T.AttentionConfig(128, 64, 8, 3, tma=True)] if rung == "tuned" else [])
+    for size in (S(4, 32, 8, 4096, 4096, 128, C), S(8, 32, 8, 2048, 2048, 64, VC)):
+        for cfg in configs:
+            report = ki.analyze(hooks.flash_artifact(rung, size, torch.bfloat16, cfg))
+            assert report.arch == "sm_90" and report.stack_bytes == 0, report
+            if report.mix is not None:
+                assert report.mix.classes["tensor-core MMA"] > 0
+                assert report.mix.classes.get("local memory (LDL/STL)", 0) == 0, ki.format_report(report)
+
+
+@pytest.mark.parametrize("size", [S(1, 4, 4, 256, 256, 64), S(1, 4, 4, 256, 256, 64, C), S(2, 4, 2, 256, 256, 64, V)])
+def test_naive_refuses_only_past_its_memory_cap(size):
+    assert spec.naive_limit(size, {}) is None
+    assert "GiB" in spec.naive_limit(spec.encode(1, 32, 32, 16384, 16384, 128), {})
+
+
+# --- GPU: real sizes (the interpreter cannot afford them) ---------------------------------------------------------
+# (non-causal D128 at 4k is checked by kw bench before it is timed)
+GPU_SIZES = [S(1, 8, 8, 1024, 1024, 128, C), S(2, 8, 2, 777, 1500, 64, C), S(1, 4, 4, 300, 300, 256, C),
+             S(8, 8, 2, 2048, 2048, 128, VC)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", GPU_SIZES, ids=[spec.format_size(s) for s in GPU_SIZES])
+@pytest.mark.parametrize("rung", RUNGS)
+def test_gpu_rungs_on_real_sizes_bf16(rung, size):
+    for dist in ("normal", "large"):
+        _check(rung, size, torch.bfloat16, dist)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", ["fp16", "fp32"])
+@pytest.mark.parametrize("rung", RUNGS)
+def test_gpu_rungs_fp16_fp32(rung, dt):
+    _check(rung, S(2, 8, 2, 777, 1500, 64, C), DTYPES[dt], "large")
+
+
+@pytest.mark.gpu
+def test_gpu_longest_sequence():
+    _check("tuned", S(1, 4, 1, 16384, 16384, 128, C), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [GPU_SIZES[0], GPU_SIZES[3]], ids=["padded", "varlen"])
+def test_gpu_tma_config(size):
+    # the tuner's TMA candidates, forced: the descriptors' zero fill and packed-sequence rows on real hardware
+    from kernelwright.ops.attention import triton as T
+
+    case, seed = _case(size, torch.bfloat16, "large")
+    q, k, v, *_ = case.args
+    for cfg in (T.AttentionConfig(128, 64, 8, 3, tma=True), T.AttentionConfig(128, 128, 8, 2, tma=True)):
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        T.attention_tuned(*case.args, out=out, config=cfg, **case.kwargs)
+        cmp = compare(out, reference64(FAM, case), FAM.tolerances[torch.bfloat16], error_scale(FAM, case))
+        assert cmp.ok, f"{cfg} {case.label} seed={seed}: {cmp.reason}"
