@@ -7,6 +7,7 @@ the argument); 3 nothing could run here (e.g. a CUDA-only request on CPU); 130 i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -77,11 +78,47 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--dtype", default=None, help="fp32, fp16 or bf16 (default: the first the rung takes)")
     ins.add_argument("--sass", action="store_true", help="also print the full SASS listing")
 
+    ev = sub.add_parser("eval", parents=[common],
+                        help="judge a KernelBench-format candidate (ModelNew) against its reference (Model): "
+                             "correctness, speedup, cheats")
+    ev.add_argument("reference", help="problem file: Model, get_inputs(), get_init_inputs()")
+    ev.add_argument("candidate", help="candidate file: ModelNew with Model's constructor arguments")
+    _eval_args(ev)
+    es = sub.add_parser("eval-set", parents=[common],
+                        help="evaluate every problem DIR/NAME.py against DIR/candidates/NAME.py: fast_p, geomean")
+    es.add_argument("directory", metavar="DIR")
+    es.add_argument("--candidates", default=None, help="folder of candidates NAME.py (default DIR/candidates)")
+    _eval_args(es)
+
+    arc = sub.add_parser("archive", parents=[common],
+                         help="the best verified kernel per problem in the archive, or the kernels of the problems "
+                              "most similar to one (to seed a search)")
+    from kernelwright.eval.archive import add_archive_arguments
+    from kernelwright.search.cli import add_optimize_parser
+
+    add_archive_arguments(arc)
+    add_optimize_parser(sub, common)
+
     main_job = sub.add_parser("run", parents=[common],
                               help="the main job: roofline, bench every family's default sweep, store, report")
     _bench_args(main_job, families=False)
     main_job.add_argument("-o", "--output", default="report.html")
     return p
+
+
+def _eval_args(e: argparse.ArgumentParser) -> None:
+    e.add_argument("--timeout", type=float, default=None, help="seconds per candidate, compilation included (300)")
+    e.add_argument("--memory-mb", type=int, default=None,
+                   help="memory cap of the candidate's process (default 8192 on CPU, 32768 host on CUDA)")
+    e.add_argument("--seed", type=int, default=None, help="base seed of the input sets (default: fresh)")
+    e.add_argument("--timing-sets", type=int, default=None,
+                   help="distinct input sets timed, one call each (default 20 on CUDA, 3 on CPU)")
+    e.add_argument("--compile-baseline", choices=("auto", "on", "off"), default="auto",
+                   help="also time torch.compile of the reference (auto: on CUDA only)")
+    e.add_argument("--no-alt-size", action="store_true", help="skip the second problem size")
+    e.add_argument("--archive", default=None, metavar="PATH",
+                   help="record every verdict in this archive (default $KW_ARCHIVE or ./kernelwright-archive.db)")
+    e.add_argument("--no-archive", action="store_true", help="do not record the verdicts")
 
 
 def _bench_args(b: argparse.ArgumentParser, families: bool = True) -> None:
@@ -512,9 +549,108 @@ def cmd_run(args) -> int:
     return EXIT_FAIL if _wrong_rungs(rows) else EXIT_OK
 
 
+def _eval_config(args):
+    from kernelwright.eval import EvalConfig
+
+    for name, value in (("timeout", args.timeout), ("memory-mb", args.memory_mb), ("timing-sets", args.timing_sets)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{name}: expected a positive number, got {value}")
+    fields = {"device": args.device or "auto", "compile_baseline": {"auto": None, "on": True, "off": False}[
+        args.compile_baseline], "alt_size": not args.no_alt_size}
+    for key, value in (("timeout_s", args.timeout), ("memory_mb", args.memory_mb), ("seed", args.seed),
+                       ("timing_sets", args.timing_sets)):
+        if value is not None:
+            fields[key] = value
+    return EvalConfig(**fields)
+
+
+def cmd_eval(args) -> int:
+    from kernelwright.eval import Evaluator, describe
+
+    for role, path in (("reference", args.reference), ("candidate", args.candidate)):
+        if not os.path.isfile(path):
+            raise UsageError(f"{role}: no file {path!r}")
+    ev = Evaluator(_eval_config(args))
+    with _console(stderr=True).status("evaluating", spinner="dots") if not args.json else contextlib.nullcontext():
+        v = ev.evaluate(args.reference, args.candidate)
+    _archive(args, [(args.reference, args.candidate, v)])
+    if args.json:
+        _emit_json(v.to_dict())
+    else:
+        print(describe(v))
+    return EXIT_OK if v.passed else EXIT_FAIL
+
+
+def cmd_eval_set(args) -> int:
+    from kernelwright.eval import Evaluator, evaluate_set
+
+    ev = Evaluator(_eval_config(args))
+    con = _console()
+
+    def show(name, v):
+        if not args.json:
+            from rich.markup import escape
+
+            sp = f"{v.speedup_eager:.3g}x" if v.speedup_eager else "-"
+            mark = "[green]PASS[/green]" if v.passed else "[red]FAIL[/red]"
+            why = "" if v.passed else escape(f"[{v.category}] {v.reason[:90]}")
+            con.print(f"{mark} {escape(name):<28} {sp:>8}  {why}")
+
+    judged = []
+
+    def show_and_keep(name, v):
+        judged.append(v)
+        show(name, v)
+
+    report = evaluate_set(args.directory, args.candidates, evaluator=ev, on_verdict=show_and_keep)
+    _archive(args, [(v.problem, v.candidate, v) for v in judged if v.problem and v.candidate])
+    if args.json:
+        _emit_json(report.to_dict())
+    else:
+        fast = "  ".join(f"{k} {v:.2f}" for k, v in report.fast_p.items())
+        gm = f"{report.geomean_speedup:.3g}x" if report.geomean_speedup else "-"
+        con.print(f"{report.n_passed}/{report.n_problems} passed ({report.n_correct} correct); {fast}; geomean "
+                  f"speedup vs eager {gm} (over those that passed)")
+        if report.unfit:
+            con.print(f"unfit problems (an all-zero output passes): {', '.join(report.unfit)}")
+    return EXIT_OK if report.n_passed == report.n_problems else EXIT_FAIL
+
+
+def _archive(args, judged) -> None:
+    """Record verdicts of (problem file, candidate file, verdict) in the archive, unless ``--no-archive``; a
+    candidate file that cannot be read (it failed to load) is recorded with an empty source."""
+    if args.no_archive or not judged:
+        return
+    from kernelwright.eval.archive import Archive
+
+    with Archive(args.archive) as arc:
+        for problem, candidate, v in judged:
+            if not os.path.isfile(str(problem)):
+                continue
+            try:
+                with open(candidate) as fh:
+                    source = fh.read()
+            except OSError:
+                source = ""
+            arc.record(problem, source, v.to_dict(), device=v.device)
+
+
+def cmd_archive(args) -> int:
+    from kernelwright.eval.archive import archive_cli
+
+    return archive_cli(args)
+
+
+def cmd_optimize(args) -> int:
+    from kernelwright.search.cli import run_optimize
+
+    return run_optimize(args)
+
+
 COMMANDS = {"list": cmd_list, "check": cmd_check, "bench": cmd_bench, "roofline": cmd_roofline,
             "results": cmd_results, "compare": cmd_compare, "report": cmd_report, "tune": cmd_tune,
-            "inspect": cmd_inspect, "run": cmd_run}
+            "inspect": cmd_inspect, "run": cmd_run, "eval": cmd_eval, "eval-set": cmd_eval_set,
+            "archive": cmd_archive, "optimize": cmd_optimize}
 
 
 def main(argv: list[str] | None = None) -> int:

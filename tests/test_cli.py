@@ -155,3 +155,25 @@ def test_common_options_work_before_and_after_the_command(tmp_path, capsys):
     plain = _parser().parse_args(["results"])
     assert (before.db, before.json) == (after.db, after.json) == ("x.db", True)
     assert (plain.db, plain.json, plain.device) == (None, False, None)
+
+
+def test_eval_records_in_the_archive_and_kw_archive_lists_it(tmp_path, capsys):
+    # the fixture problem and an honest candidate (tests/eval_fixtures): kw eval passes it, records the verdict,
+    # and kw archive --json returns it as the problem's best verified kernel; --no-archive records nothing
+    arc = tmp_path / "a.db"
+    ref, cand = "tests/eval_fixtures/elementwise.py", "tests/eval_fixtures/honest/elementwise_inplace_out.py"
+    assert cli.main(["eval", ref, cand, "--device", "cpu", "--archive", str(arc), "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["passed"] is True
+    assert cli.main(["archive", "--archive", str(arc), "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)
+    rows = best if isinstance(best, list) else best.get("best", best.get("rows"))
+    assert len(rows) == 1 and "elementwise" in json.dumps(rows[0])
+    other = tmp_path / "b.db"
+    assert cli.main(["eval", ref, cand, "--device", "cpu", "--archive", str(other), "--no-archive", "--json"]) == 0
+    assert not other.exists()
+
+
+def test_optimize_is_wired_and_rejects_a_missing_reference(capsys):
+    assert cli.main(["optimize", "no/such/problem.py", "--device", "cpu"]) == 2
+    assert "problem.py" in capsys.readouterr().err

@@ -1,0 +1,248 @@
+"""``optimize(reference) -> Result``: propose candidates, judge them with the evaluator, keep the fittest, mutate.
+
+The loop keeps every worker of the pool busy: whenever one is free it asks the next proposer (round robin) for a
+candidate, skips sources already judged, and submits it. Each result is recorded in the archive from here (one
+transaction each) and handed back to its proposer. A candidate's fitness is its verified speedup over eager
+PyTorch (``speedup_eager`` of a verdict that passed: correct and believably timed), 0 otherwise; the population
+is the fittest few, and the built-in proposer mutates them. ``budget`` counts attempts: candidates judged, plus
+proposer attempts that produced no candidate (an LLM reply without code), so a broken proposer cannot spin.
+
+Every worker evaluates with the same seed, so all candidates meet the same input sets and timings compare.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelwright.errors import UsageError
+from kernelwright.search.pool import make_job
+from kernelwright.search.state import Evaluated, Proposal, SearchState, fitness
+
+
+@dataclass
+class Result:
+    reference: str
+    device: str
+    seed: int
+    best: Evaluated | None
+    history: list[Evaluated] = field(default_factory=list)
+    """every judged candidate, in attempt order"""
+    notes: list[tuple[Proposal, str]] = field(default_factory=list)
+    attempts: int = 0
+    stopped: str = "budget"
+    """``budget`` (spent), ``exhausted`` (no proposer had anything new) or ``interrupted``"""
+    out_path: str | None = None
+    verdict_path: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def found(self) -> bool:
+        return self.best is not None
+
+    def summary(self) -> dict:
+        b = self.best
+        return {"reference": self.reference, "device": self.device, "seed": self.seed, "attempts": self.attempts,
+                "evaluated": len(self.history), "passed": sum(e.passed for e in self.history),
+                "stopped": self.stopped, "seconds": round(self.seconds, 2), "out_path": self.out_path,
+                "verdict_path": self.verdict_path,
+                "best": None if b is None else {"label": b.proposal.label, "origin": b.proposal.origin,
+                                                "speedup_eager": b.verdict.get("speedup_eager"),
+                                                "speedup_compile": b.verdict.get("speedup_compile"),
+                                                "plan": b.proposal.plan}}
+
+
+def default_out_path(reference: str | os.PathLike) -> str:
+    """``<reference stem>_optimized.py`` in the current folder."""
+    return f"{Path(reference).stem}_optimized.py"
+
+
+def check_reference(reference: str | os.PathLike):
+    """Load the problem file (a clear :class:`UsageError` when it is not a KernelBench problem)."""
+    from kernelwright.eval.problemset import load_problem
+
+    path = Path(reference)
+    if not path.is_file():
+        raise UsageError(f"REFERENCE: no file {str(reference)!r}")
+    try:
+        return load_problem(path)
+    except UsageError:
+        raise
+    except Exception as e:
+        raise UsageError(f"REFERENCE: {reference} does not load: {type(e).__name__}: {e}") from None
+
+
+def eval_config(device: str, seed: int, options: dict | None) -> dict:
+    """The :class:`~kernelwright.eval.EvalConfig` fields every worker evaluates with (scalars only)."""
+    from kernelwright.eval import EvalConfig
+
+    known = {f.name for f in dataclasses.fields(EvalConfig)}
+    cfg = {"device": device, "seed": int(seed)}
+    for k, v in (options or {}).items():
+        if k not in known:
+            raise UsageError(f"eval option {k!r}: not a field of EvalConfig ({', '.join(sorted(known))})")
+        if not (v is None or isinstance(v, bool | int | float | str)):
+            raise UsageError(f"eval option {k!r}: expected a number, string or bool, got {type(v).__name__}")
+        cfg[k] = v
+    return cfg
+
+
+def _line(e: Evaluated, budget: int, best: Evaluated | None) -> str:
+    v = e.verdict
+    status = f"PASS {e.fitness:8.3g}x" if e.passed else f"FAIL {v.get('category') or '?':<14s}"
+    top = f"best {best.fitness:.3g}x" if best else "best -"
+    label = e.proposal.label if len(e.proposal.label) < 90 else e.proposal.label[:87] + "..."
+    why = "" if e.passed else f"  ({(v.get('reason') or '')[:100]})"
+    return f"[{e.index:3d}/{budget}] {e.proposal.origin:<7s} {status}  {top:<11s} {e.wall_s:6.1f}s  {label}{why}"
+
+
+def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list | None = None, pool=None,
+             archive=None, out_path: str | os.PathLike | None = None, seed: int | None = None,
+             device: str | None = None, eval_options: dict | None = None, population: int = 8,
+             log: Callable[[str], None] | None = None, write: bool = True) -> Result:
+    """Search for a faster ``ModelNew`` for a KernelBench problem file.
+
+    Parameters
+    ----------
+    reference : the problem file (``Model``, ``get_inputs``, ``get_init_inputs``)
+    budget : attempts (candidate evaluations, plus proposer attempts that produced no candidate)
+    proposers : objects with ``name``, ``propose(state) -> Proposal | None`` and ``feedback(evaluated)``;
+        default: the built-in proposer alone
+    pool : a :class:`~kernelwright.search.pool.LocalPool` or :class:`~kernelwright.search.pool.RayPool`; default a
+        LocalPool (one worker per GPU, or per CPU core), closed at the end
+    archive : an :class:`~kernelwright.eval.archive.Archive` or a path (default ``$KW_ARCHIVE`` or
+        ``kernelwright-archive.db``): every evaluation is recorded there
+    out_path : where the best candidate goes (default ``<stem>_optimized.py``); its verdict goes next to it
+        (``.json``). Nothing is written when no candidate passed.
+    seed : the evaluator's seed for every candidate (default: drawn once)
+    device : "cpu" or "cuda" (default: this process's device)
+    eval_options : more :class:`~kernelwright.eval.EvalConfig` fields (``timeout_s``, ``timing_sets``, ...)
+    population : how many of the fittest verified candidates the built-in proposer mutates
+    log : called with one line per attempt
+    """
+    from kernelwright import runtime
+    from kernelwright.eval.archive import Archive
+
+    t_start = time.perf_counter()
+    if budget < 1:
+        raise UsageError(f"budget: expected at least 1, got {budget}")
+    problem = check_reference(reference)
+    reference = str(Path(reference).resolve())
+    device = device or runtime.current_device()
+    seed = seed if seed is not None else random.randrange(2**24)
+    config = eval_config(device, seed, eval_options)
+    if proposers is None:
+        from kernelwright.search.builtin import BuiltinProposer
+
+        proposers = [BuiltinProposer(reference, device=device, seed=seed)]
+    own_archive = not isinstance(archive, Archive)
+    arch = Archive(archive) if own_archive else archive
+    own_pool = pool is None
+    if own_pool:
+        from kernelwright.search.pool import LocalPool
+
+        pool = LocalPool(device=device)
+    say = log or (lambda _line: None)
+    state = SearchState(reference, problem.source, device, population_size=population)
+    result = Result(reference, device, seed, None)
+    by_name = {p.name: p for p in proposers}
+    seen: dict[str, int] = {}
+    in_flight: dict[cf.Future, tuple[int, Proposal]] = {}
+    active = list(proposers)
+    turn = 0
+
+    def next_proposal() -> Proposal | None:
+        nonlocal turn
+        while active:
+            p = active[turn % len(active)]
+            turn += 1
+            try:
+                prop = p.propose(state)
+            except Exception as err:  # a proposer's bug ends that proposer, not the search
+                say(f"the {p.name} proposer failed and is left out: {type(err).__name__}: {err}")
+                prop = None
+            if prop is None:
+                active.remove(p)
+                continue
+            return prop
+        return None
+
+    def finish(index: int, prop: Proposal, res: dict) -> None:
+        v = res["verdict"]
+        e = Evaluated(index, prop, v, fitness(v), float(res.get("wall_s") or 0.0), res.get("worker", ""),
+                      res.get("device_name", ""))
+        try:
+            e.archive_id = arch.record(reference, prop.source, v, device=e.device_name or device,
+                                       name=problem.name)
+        except Exception as err:  # the search goes on; the archive's own transaction kept it consistent
+            say(f"archive: could not record attempt {index}: {type(err).__name__}: {err}")
+        state.history.append(e)
+        result.history.append(e)
+        by_name[prop.origin].feedback(e)
+        say(_line(e, budget, state.best))
+
+    try:
+        while True:
+            while len(in_flight) < pool.n_workers and result.attempts < budget:
+                prop = next_proposal()
+                if prop is None:
+                    break
+                result.attempts += 1
+                index = result.attempts
+                if prop.source is None or prop.digest in seen:
+                    note = prop.note or "no candidate"
+                    if prop.source is not None:
+                        note = f"the same source as attempt {seen[prop.digest]}; not judged again"
+                        prop.note = note
+                    state.notes.append((prop, note))
+                    result.notes.append((prop, note))
+                    noted = getattr(by_name[prop.origin], "noted", None)
+                    if noted is not None:
+                        noted(prop, note)
+                    say(f"[{index:3d}/{budget}] {prop.origin:<7s} SKIP  {note[:150]}")
+                    continue
+                seen[prop.digest] = index
+                job = make_job(reference, problem.source, prop.source, name=f"{problem.name}_{index}", config=config)
+                in_flight[pool.submit(job)] = (index, prop)
+            if not in_flight:
+                result.stopped = "budget" if result.attempts >= budget else "exhausted"
+                break
+            done, _ = cf.wait(list(in_flight), return_when=cf.FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: in_flight[f][0]):
+                index, prop = in_flight.pop(fut)
+                finish(index, prop, fut.result())
+    except KeyboardInterrupt:
+        result.stopped = "interrupted"
+        for fut in in_flight:
+            fut.cancel()
+    finally:
+        if own_pool:
+            pool.close()
+    result.best = state.best
+    result.history.sort(key=lambda e: e.index)
+    result.seconds = time.perf_counter() - t_start
+    if write and result.best is not None:
+        _write(result, out_path or default_out_path(reference))
+    if own_archive:
+        arch.close()
+    return result
+
+
+def _write(result: Result, out_path: str | os.PathLike) -> None:
+    best = result.best
+    out = Path(out_path)
+    out.write_text(best.proposal.source)
+    verdict_path = out.with_suffix(".json")
+    doc = {"problem": result.reference, "candidate": str(out), "label": best.proposal.label,
+           "origin": best.proposal.origin, "plan": best.proposal.plan, "archive_id": best.archive_id,
+           "device_name": best.device_name, "verdict": best.verdict, "search": result.summary()}
+    doc["search"]["out_path"], doc["search"]["verdict_path"] = str(out), str(verdict_path)
+    verdict_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    result.out_path, result.verdict_path = str(out), str(verdict_path)

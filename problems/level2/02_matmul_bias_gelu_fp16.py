@@ -1,0 +1,33 @@
+"""Linear + bias + GELU (tanh) in fp16, a GPT-2-style MLP up projection: y = gelu(x @ W^T + b), x [TOKENS,
+IN_FEATURES], W [OUT_FEATURES, IN_FEATURES] (4x expansion), b [OUT_FEATURES]. Bias and GELU belong in the
+matmul's epilogue.
+
+kernelwright family: matmul (+ an epilogue).
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOKENS = 8192
+IN_FEATURES = 4096
+OUT_FEATURES = 16384
+DTYPE = torch.float16
+
+
+class Model(nn.Module):
+    def __init__(self, in_features: int, out_features: int, dtype: torch.dtype):
+        super().__init__()
+        self.weight = nn.Parameter((torch.randn(out_features, in_features) / in_features**0.5).to(dtype))
+        self.bias = nn.Parameter((0.5 * torch.randn(out_features)).to(dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(F.linear(x, self.weight, self.bias), approximate="tanh")
+
+
+def get_inputs():
+    return [torch.randn(TOKENS, IN_FEATURES).to(DTYPE)]
+
+
+def get_init_inputs():
+    return [IN_FEATURES, OUT_FEATURES, DTYPE]
