@@ -177,3 +177,16 @@ def test_eval_records_in_the_archive_and_kw_archive_lists_it(tmp_path, capsys):
 def test_optimize_is_wired_and_rejects_a_missing_reference(capsys):
     assert cli.main(["optimize", "no/such/problem.py", "--device", "cpu"]) == 2
     assert "problem.py" in capsys.readouterr().err
+
+
+def test_report_reads_every_family_size_syntax(tmp_path, capsys):
+    # the report's scaling chart parses stored sizes with the family's own parser: attention's sizes carry a mask
+    # suffix ("...x64:causal"), which the generic dims parser rejects (the CPU main job ended in exit 2 on it)
+    db = tmp_path / "r.db"
+    assert cli.main(["bench", "attention", "--db", str(db), "--device", "cpu", "--sizes",
+                     "1x2x2x16x16x16:causal", "--dtypes", "fp32", "--variant", "flash", "--no-peers",
+                     "--max-seconds", "0.05"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "r.html"
+    assert cli.main(["report", "--db", str(db), "-o", str(out)]) == 0
+    assert "attention: size scaling" in out.read_text()

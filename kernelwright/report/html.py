@@ -156,12 +156,13 @@ def _roofline_chart(name: str, groups: list[list[dict]], ceil: dict, colors: dic
 def _scaling_chart(name: str, rows: list[dict], colors: dict[str, str]) -> str:
     from kernelwright.harness.sizes import parse_dims
 
-    label, x_of, compute_bound = "minimum bytes moved", None, False
+    label, x_of, compute_bound, parse = "minimum bytes moved", None, False, parse_dims
     try:
         fam = get_family(name)
         if fam.scale_axis:
             label, x_of = fam.scale_axis
         compute_bound = fam.flop_unit == "tensor"  # a matmul's scaling is told in FLOP/s, not bytes
+        parse = fam.parse_size  # the family's own size syntax (attention's "BxHqxHkvxSqxSkvxD:causal")
     except Exception:
         pass
     key, unit, fmt = ("tflops", "TFLOP/s", "{:.1f}") if compute_bound else ("tbps", "TB/s", "{:.3f}")
@@ -169,7 +170,7 @@ def _scaling_chart(name: str, rows: list[dict], colors: dict[str, str]) -> str:
     pick = "bf16" if "bf16" in dtypes else (dtypes[0] if dtypes else None)
     by_variant: dict[str, Series] = {}
     timed = [r for r in rows if r["dtype"] == pick and r.get("median_ms")]
-    xs = {id(r): (x_of(parse_dims(r["size"])) if x_of else r["bytes"]) for r in timed}
+    xs = {id(r): (x_of(parse(r["size"])) if x_of else r["bytes"]) for r in timed}
     for r in sorted(timed, key=lambda r: xs[id(r)]):
         s = by_variant.setdefault(r["variant"], Series(r["variant"], [], color=colors.get(r["variant"])))
         s.points.append((xs[id(r)], r[key]))
