@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from kernelwright.errors import UsageError
@@ -25,10 +26,13 @@ def add_optimize_parser(sub, common: argparse.ArgumentParser) -> argparse.Argume
                        description="Propose candidates (built-in rewrites with kernelwright ops and torch.compile, "
                                    "and/or an LLM), judge each with the evaluator, keep the fittest verified ones "
                                    "and mutate them; write the best ModelNew and its verdict.")
-    p.add_argument("reference", metavar="REFERENCE.py", help="the problem file (Model, get_inputs, get_init_inputs)")
+    p.add_argument("reference", metavar="REFERENCE.py", nargs="+",
+                   help="the problem file (Model, get_inputs, get_init_inputs); several files or folders search "
+                        "each problem in turn and report fast_p and the geometric-mean speedup (a set)")
     p.add_argument("--budget", type=int, default=32, help="attempts: candidates judged (default 32)")
     p.add_argument("-o", "--out", default=None,
-                   help="where the best candidate goes (default ./<stem>_optimized.py; its verdict beside it, .json)")
+                   help="where the best candidate goes (default ./<stem>_optimized.py; its verdict beside it, .json); "
+                        "for a set, the output folder (default ./optimized)")
     p.add_argument("--archive", default=None, help="archive SQLite file (default $KW_ARCHIVE or "
                                                    "./kernelwright-archive.db); every evaluation is recorded")
     p.add_argument("--proposers", default=None,
@@ -47,6 +51,12 @@ def add_optimize_parser(sub, common: argparse.ArgumentParser) -> argparse.Argume
                    help="torch.compile modes the built-in proposer tries, comma list or 'none' (default: all three "
                         "on CUDA, none on CPU)")
     p.add_argument("--population", type=int, default=8, help="fittest candidates kept for mutation (default 8)")
+    p.add_argument("--problem-seconds", type=float, default=None,
+                   help="a set: wall-clock seconds per problem's search (in-flight candidates finish)")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="a set: wall-clock seconds for the whole set; problems not reached count as failed")
+    p.add_argument("--resume", action="store_true",
+                   help="a set: skip problems with a search record in the output folder already")
     return p
 
 
@@ -81,9 +91,27 @@ def run_optimize(args: argparse.Namespace) -> int:
         device = runtime.current_device()
         if args.budget < 1:
             raise UsageError(f"--budget: expected at least 1, got {args.budget}")
-        check_reference(args.reference)
+        refs = list(args.reference)
+        is_set = len(refs) > 1 or os.path.isdir(refs[0])
+        if is_set:
+            from kernelwright.search.optset import problem_files
+
+            files = problem_files(refs)
+            for f in files:
+                check_reference(f)
+        else:
+            if args.problem_seconds or args.deadline or args.resume:
+                raise UsageError("--problem-seconds, --deadline and --resume are for a set (several files or a "
+                                 "folder)")
+            args.reference = refs[0]
+            check_reference(args.reference)
+        for flag in ("problem_seconds", "deadline"):
+            if getattr(args, flag) is not None and getattr(args, flag) <= 0:
+                raise UsageError(f"--{flag.replace('_', '-')}: expected a positive number of seconds")
         client = LLMClient.from_env(args.llm_url, args.llm_model, args.llm_key)
         names = _proposer_names(args, client is not None)
+        if is_set and names != ["builtin"]:
+            raise UsageError("a set is searched with the built-in proposer only (--proposers builtin)")
         if "llm" in names:
             if client is None:
                 raise UsageError("--proposers llm: give the endpoint with --llm-url or KW_LLM_URL")
@@ -101,6 +129,21 @@ def run_optimize(args: argparse.Namespace) -> int:
 
         archive = Archive(args.archive)
         proposers = []
+        options = {"timeout_s": args.timeout} if args.timeout else None
+        if is_set:
+            from kernelwright.search.optset import format_summary, optimize_set
+
+            say(f"a set of {len(files)} problems; evaluating on {pool.describe()}, budget {args.budget} each, "
+                f"archive {archive.path}")
+            s = optimize_set(refs, args.out or "optimized", budget=args.budget, pool=pool, archive=archive,
+                             device=device, seed=args.seed, eval_options=options, population=args.population,
+                             compile_modes=_compile_modes(args.compile_modes), problem_seconds=args.problem_seconds,
+                             deadline_s=args.deadline, resume=args.resume, log=say)
+            say(format_summary(s))
+            say(f"wrote {os.path.join(args.out or 'optimized', 'summary.json')}")
+            if getattr(args, "json", False):
+                print(json.dumps(s, indent=2, default=str))
+            return EXIT_OK if s["n_passed"] else EXIT_NONE
         if "builtin" in names:
             from kernelwright.search.builtin import BuiltinProposer
 
@@ -115,7 +158,6 @@ def run_optimize(args: argparse.Namespace) -> int:
 
             proposers.append(LLMProposer(client, args.reference, archive=archive))
         say(f"evaluating on {pool.describe()}, budget {args.budget}, archive {archive.path}")
-        options = {"timeout_s": args.timeout} if args.timeout else None
         result = optimize(args.reference, budget=args.budget, proposers=proposers, pool=pool, archive=archive,
                           out_path=args.out, seed=args.seed, device=device, eval_options=options,
                           population=args.population, log=say)

@@ -38,7 +38,8 @@ class Result:
     notes: list[tuple[Proposal, str]] = field(default_factory=list)
     attempts: int = 0
     stopped: str = "budget"
-    """``budget`` (spent), ``exhausted`` (no proposer had anything new) or ``interrupted``"""
+    """``budget`` (spent), ``exhausted`` (no proposer had anything new), ``deadline`` (out of time) or
+    ``interrupted``"""
     out_path: str | None = None
     verdict_path: str | None = None
     seconds: float = 0.0
@@ -106,7 +107,8 @@ def _line(e: Evaluated, budget: int, best: Evaluated | None) -> str:
 def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list | None = None, pool=None,
              archive=None, out_path: str | os.PathLike | None = None, seed: int | None = None,
              device: str | None = None, eval_options: dict | None = None, population: int = 8,
-             log: Callable[[str], None] | None = None, write: bool = True) -> Result:
+             log: Callable[[str], None] | None = None, write: bool = True,
+             deadline_s: float | None = None) -> Result:
     """Search for a faster ``ModelNew`` for a KernelBench problem file.
 
     Parameters
@@ -126,6 +128,8 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
     eval_options : more :class:`~kernelwright.eval.EvalConfig` fields (``timeout_s``, ``timing_sets``, ...)
     population : how many of the fittest verified candidates the built-in proposer mutates
     log : called with one line per attempt
+    deadline_s : wall-clock seconds after which no new candidate is sent (those in flight finish); the search
+        then stops as ``deadline``
     """
     from kernelwright import runtime
     from kernelwright.eval.archive import Archive
@@ -190,7 +194,8 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
 
     try:
         while True:
-            while len(in_flight) < pool.n_workers and result.attempts < budget:
+            late = deadline_s is not None and time.perf_counter() - t_start > deadline_s
+            while not late and len(in_flight) < pool.n_workers and result.attempts < budget:
                 prop = next_proposal()
                 if prop is None:
                     break
@@ -212,7 +217,8 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
                 job = make_job(reference, problem.source, prop.source, name=f"{problem.name}_{index}", config=config)
                 in_flight[pool.submit(job)] = (index, prop)
             if not in_flight:
-                result.stopped = "budget" if result.attempts >= budget else "exhausted"
+                result.stopped = ("deadline" if late else "budget" if result.attempts >= budget
+                                  else "exhausted")
                 break
             done, _ = cf.wait(list(in_flight), return_when=cf.FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: in_flight[f][0]):

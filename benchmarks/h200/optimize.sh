@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `kw optimize` over the repo's problem set (problems/level1..3) on the H200, from the repo root there; time-boxed
+# so that the set is done over several device calls: each call resumes from the search records committed under
+# $PREV (a results folder holding optimized/), searches the problems not done yet until its deadline, and packs
+# everything (records, best candidates, the archive, the log) into $OUT/optimized.tgz.
+#   KW_GIT_COMMIT=<sha> PREV=benchmarks/results/h200/<run> DEADLINE=440 bash benchmarks/h200/optimize.sh [tests]
+# `tests` first runs the evaluator's GPU tests (tests/test_eval.py -m gpu: overhead, side streams, timer patches).
+set -uo pipefail
+OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_CACHE_DIR=/tmp/kwcache KW_ARCHIVE=/tmp/opt/archive.db
+export KW_GIT_COMMIT=${KW_GIT_COMMIT:-unknown} PYTHONPATH="$PWD"
+LOG="$OUT/log.txt"
+DEADLINE=${DEADLINE:-440}; BUDGET=${BUDGET:-10}; PER_PROBLEM=${PER_PROBLEM:-45}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee -a "$LOG"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$LOG"
+echo "commit $KW_GIT_COMMIT; budget $BUDGET, $PER_PROBLEM s per problem, deadline $DEADLINE s" | tee -a "$LOG"
+mkdir -p "$KW_CACHE_DIR" /tmp/opt
+[ -f benchmarks/results/h200/tune.tgz ] && tar -xzf benchmarks/results/h200/tune.tgz -C "$KW_CACHE_DIR"
+if [ -n "${PREV:-}" ] && [ -f "$PREV/optimized.tgz" ]; then tar -xzf "$PREV/optimized.tgz" -C /tmp; fi
+[ -f /tmp/opt/tune.tgz ] && tar -xzf /tmp/opt/tune.tgz -C "$KW_CACHE_DIR"
+if [ "${1:-}" = tests ]; then
+  s=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_eval.py >> "$LOG" 2>&1
+  echo "pytest -m gpu tests/test_eval.py rc=$? in $((SECONDS - s))s"; grep -E "passed|failed" "$LOG" | tail -2
+fi
+s=$SECONDS
+timeout $((DEADLINE + 120)) python3 -m kernelwright.cli optimize problems/level1 problems/level2 problems/level3 \
+  --budget "$BUDGET" --compile-modes default --problem-seconds "$PER_PROBLEM" --deadline "$DEADLINE" --resume \
+  --timeout 120 -o /tmp/opt --json > "$OUT/summary.json" 2>> "$LOG"
+echo "kw optimize rc=$? in $((SECONDS - s))s" | tee -a "$LOG"
+tar -czf /tmp/opt/tune.tgz -C "$KW_CACHE_DIR" tune 2>/dev/null
+tar -czf "$OUT/optimized.tgz" -C /tmp opt
+grep -A60 "^problem " "$LOG" | tail -45
