@@ -203,6 +203,52 @@ def test_optimize_cli_end_to_end_with_two_local_workers(tmp_path, capsys):
     assert out.read_text() == next(r["code"] for r in rows if r["id"] == doc["archive_id"])
 
 
+def test_optimize_a_set_resumes_and_reports_fast_p(tmp_path, capsys):
+    """A folder is a set: one search per problem, a record each, the best candidates, fast_p and the geometric
+    mean over every record; a second run with --resume skips what is done; a usage error for the set flags on a
+    single file."""
+    import shutil
+
+    from kernelwright.search.optset import summarize
+
+    sets = tmp_path / "set"
+    sets.mkdir()
+    shutil.copy(SOFTMAX, sets / "a_softmax.py")
+    shutil.copy(FIXTURES / "linear_relu_tiny.py", sets / "b_linear.py")
+    (sets / "_helper.py").write_text("X = 1\n")  # leading underscore: not a problem
+    out, db = tmp_path / "out", tmp_path / "archive.db"
+    args = [str(sets), "--budget", "2", "--workers", "1", "--archive", str(db), "-o", str(out), "--seed", "3",
+            "--device", "cpu", "--problem-seconds", "120", "--json"]
+    rc = optimize_main(args)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    s = json.loads(captured.out)
+    assert s["n_problems"] == s["n_set"] == 2 and s["n_passed"] == 2 and s["fast_0"] == 1.0
+    assert s["fast_1"] == 0.0  # CPU: the interpreter never beats eager
+    assert 0 < s["geomean_speedup"] < 1 and s["geomean_with_eager_fallback"] == 1.0
+    recs = {r["problem"]: r for r in s["rows"]}
+    assert set(recs) == {"a_softmax", "b_linear"}
+    assert recs["a_softmax"]["rungs_judged"] == "2/5" and recs["a_softmax"]["best_rung"] in ("auto", "split")
+    rec = json.loads((out / "set" / "a_softmax.search.json").read_text())
+    assert len(rec["attempts"]) == 2 and rec["rungs_total"] == 5
+    assert "class ModelNew(Model)" in (out / "set" / "candidates" / "a_softmax.py").read_text()
+    assert json.loads((out / "summary.json").read_text())["rows"] == s["rows"]
+    assert len(_rows(db)) == 4
+
+    rc = optimize_main([*args, "--resume"])
+    captured = capsys.readouterr()
+    assert rc == 0 and captured.err.count("done earlier") == 2 and len(_rows(db)) == 4
+    # a record missing from the output folder counts as a failed problem of the set
+    (out / "set" / "b_linear.search.json").unlink()
+    part = summarize(out, n_set=2)
+    assert part["n_problems"] == 1 and part["fast_0"] == 0.5
+
+    assert optimize_main([SOFTMAX, "--deadline", "5", "--device", "cpu"]) == 2
+    assert "for a set" in capsys.readouterr().err
+    assert optimize_main([str(tmp_path / "nothing_here"), str(sets), "--device", "cpu"]) == 2
+    assert "no file or folder" in capsys.readouterr().err
+
+
 class _ListProposer:
     name = "list"
 
