@@ -234,3 +234,48 @@ def test_unaligned_shapes_get_their_own_tuning_bucket():
 def test_dispatch_prefers_tma_for_rows_only_16_byte_aligned():
     assert get_family("matmul").preferred((1000, 1000, 1000), {})[0] == "triton_persistent"
     assert get_family("matmul").preferred((127, 131, 129), {})[0] == "triton_autotuned"
+
+
+_ACTS = {None: lambda r: r, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+         "gelu_tanh": lambda r: torch.nn.functional.gelu(r, approximate="tanh"), "silu": torch.nn.functional.silu}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_epilogue_every_triton_rung_and_activation(dtype, device):
+    """act(a @ b + bias) + residual on the fp32 accumulator, rounded once: every Triton rung (split-K applies it
+    in its reduction), every activation, odd sizes, a transposed weight and a strided residual; large values
+    reach the activations' tails (exp overflow in SiLU and tanh-GELU must give x or 0, never NaN)."""
+    torch.manual_seed(1)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    for m, n, k in [(37, 45, 29), (64, 128, 96)]:
+        a = (torch.randn(m, k, device=device) * 4).to(dtype)
+        b = torch.randn(n, k, device=device).to(dtype).T
+        bias = torch.randn(n, device=device).to(dtype)
+        res = torch.randn(n, m, device=device).to(dtype).T  # a column-major residual
+        base = a.double() @ b.double() + bias.double()
+        for act, f in _ACTS.items():
+            ref = f(base) + res.double()
+            for v in ("triton_tiled", "triton_grouped", "triton_autotuned", "triton_persistent", "triton_splitk"):
+                out = torch.full((m, n), float("nan"), device=device, dtype=dtype)
+                y = ops.matmul(a, b, variant=v, bias=bias, activation=act, residual=res, out=out)
+                err = ((y.double() - ref).abs().max() / ref.abs().max()).item()
+                assert err < tol, (m, n, k, act, v, err)
+    # bias alone, activation alone, residual alone: each as F.linear-style references
+    y = ops.matmul(a, b, variant="triton_autotuned", activation="relu")
+    assert torch.allclose(y.double(), torch.relu(a.double() @ b.double()), rtol=tol, atol=tol * 10)
+
+
+def test_fused_epilogue_bad_input():
+    a, b = torch.randn(4, 8), torch.randn(8, 6)
+    with pytest.raises(UsageError, match="activation: expected one of"):
+        ops.matmul(a, b, activation="tanh")
+    with pytest.raises(UsageError, match=r"bias: expected shape \[6\]"):
+        ops.matmul(a, b, bias=torch.randn(4))
+    with pytest.raises(UsageError, match=r"residual: expected shape \[4, 6\], dtype float32"):
+        ops.matmul(a, b, residual=torch.randn(4, 6, dtype=torch.float16))
+    with pytest.raises(UsageError, match="residual: must not be the out buffer"):
+        out = torch.empty(4, 6)
+        ops.matmul(a, b, residual=out, out=out)
+    # K = 0: the product is zeros, the epilogue still applies
+    z = ops.matmul(torch.randn(4, 0), torch.randn(0, 6), bias=torch.full((6,), 2.0), activation="relu")
+    assert torch.equal(z, torch.full((4, 6), 2.0))

@@ -8,9 +8,31 @@ from kernelwright.errors import UsageError
 from kernelwright.ops import _validate
 
 
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+
+
+def _torch_epilogue(out: torch.Tensor, bias, activation, residual) -> torch.Tensor:
+    """The epilogue in fp32 after the product, for rungs that do not fuse it (the CUDA C ladder)."""
+    import torch.nn.functional as F
+
+    y = out.float()
+    if bias is not None:
+        y += bias.float()
+    if activation == "relu":
+        y = F.relu(y)
+    elif activation in ("gelu", "gelu_tanh"):
+        y = F.gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
+    elif activation == "silu":
+        y = F.silu(y)
+    if residual is not None:
+        y += residual.float()
+    return out.copy_(y)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor, *, variant: str | None = None, allow_tf32: bool = False,
-           out: torch.Tensor | None = None) -> torch.Tensor:
-    """Matrix product ``a @ b`` with fp32 accumulation.
+           out: torch.Tensor | None = None, bias: torch.Tensor | None = None, activation: str | None = None,
+           residual: torch.Tensor | None = None) -> torch.Tensor:
+    """Matrix product ``a @ b`` with fp32 accumulation, optionally ``activation(a @ b + bias) + residual``.
 
     Parameters
     ----------
@@ -28,6 +50,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, variant: str | None = None, allo
         an H200, about 1e-3 relative error). Off by default: float32 in, float32 products out.
     out : torch.Tensor, optional
         Contiguous ``[M, N]`` buffer of ``a``'s dtype to write into.
+    bias : torch.Tensor, optional
+        ``[N]`` of ``a``'s dtype, added to every row.
+    activation : str, optional
+        ``"relu"``, ``"gelu"`` (exact), ``"gelu_tanh"`` or ``"silu"``, applied after the bias.
+    residual : torch.Tensor, optional
+        ``[M, N]`` of ``a``'s dtype (any strides), added last.
+
+    The Triton rungs fuse bias, activation and residual into the product's epilogue: they act on the fp32
+    accumulator and the result is rounded once (eager PyTorch rounds after the product and again after each
+    op). The CUDA C rungs apply them afterwards, in fp32.
 
     Returns
     -------
@@ -53,13 +85,33 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, variant: str | None = None, allo
         raise UsageError(f"allow_tf32: expected a bool, got {type(allow_tf32).__name__}")
     m, k = a.shape
     n = b.shape[1]
+    if activation not in ACTIVATIONS:
+        raise UsageError(f"activation: expected one of {', '.join(str(x) for x in ACTIVATIONS)}, got {activation!r}")
+    for name, t, shape in (("bias", bias, (n,)), ("residual", residual, (m, n))):
+        if t is None:
+            continue
+        _validate.tensor(name, t)
+        if tuple(t.shape) != shape or t.dtype != a.dtype or t.device != a.device:
+            raise UsageError(f"{name}: expected shape {list(shape)}, dtype {str(a.dtype).removeprefix('torch.')} on "
+                             f"{a.device}, got {list(t.shape)}, {str(t.dtype).removeprefix('torch.')} on {t.device}")
+    fused = bias is not None or activation is not None or residual is not None
+    if residual is not None and out is not None and residual.data_ptr() == out.data_ptr():
+        raise UsageError("residual: must not be the out buffer")
     out = _validate.out_buffer(out, (m, n), a.dtype, a.device)
     if out.numel() == 0:
         return out
-    if k == 0:
-        return out.zero_()
     rung = _validate.pick_rung(get_family("matmul"), variant, a.device.type, (m, n, k), {}, a.dtype)
+    if k == 0 or (fused and rung.backend != "triton"):
+        if k == 0:
+            out.zero_()
+        else:
+            rung.load()(a, b, out=out)
+        return _torch_epilogue(out, bias, activation, residual) if fused else out
     fn = rung.load()
     if rung.backend == "triton":
+        if fused:
+            from kernelwright.ops.matmul.triton import Epilogue
+
+            return fn(a, b, out=out, allow_tf32=allow_tf32, epilogue=Epilogue(bias, activation, residual))
         return fn(a, b, out=out, allow_tf32=allow_tf32)
     return fn(a, b, out=out)

@@ -121,8 +121,9 @@ def _triton_artifacts(rung: str, size, dtype) -> list:
     note = f"config {cfg}"
     if rung == "triton_persistent":
         fn, grid = T._persistent_kernel, (min(tiles, 132),)
-        sig = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr}
-        ints.update(stride_cm=n, stride_cn=1)
+        sig = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, "bias_ptr": ptr, "res_ptr": ptr}
+        ints.update(stride_cm=n, stride_cn=1, stride_rm=0, stride_rn=0)
+        common.update(T.NO_EPILOGUE.flags())
         elt = T._elt(dtype)
         tma = (k * elt) % 16 == 0 and (n * elt) % 16 == 0  # row strides TMA can address (as _descriptor checks)
         common.update(NUM_PROGRAMS=grid[0], USE_TMA=tma, A_T=False, B_T=False)
@@ -141,8 +142,9 @@ def _triton_artifacts(rung: str, size, dtype) -> list:
         note += "; the slice-sum kernel that follows is not shown"
     else:
         fn, grid = T._matmul_kernel, (tiles,)
-        sig = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr}
-        ints.update(stride_cm=n, stride_cn=1)
+        sig = {"a_ptr": ptr, "b_ptr": ptr, "c_ptr": ptr, "bias_ptr": ptr, "res_ptr": ptr}
+        ints.update(stride_cm=n, stride_cn=1, stride_rm=0, stride_rn=0)
+        common.update(T.NO_EPILOGUE.flags())
     sig.update({name: "i32" for name in ints})
     sig, consts, aligned = _specialize(sig, ints, common)
     art = compile_triton(fn, sig, consts, num_warps=cfg.num_warps, num_stages=cfg.num_stages, grid=grid,

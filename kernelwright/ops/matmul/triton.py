@@ -70,10 +70,46 @@ def _dot_tile(a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, pi
     return acc
 
 
+# activation codes of the fused epilogue (see :class:`Epilogue`)
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+
+
 @triton.jit
-def _store_tile(c_ptr, acc, M, N, stride_cm, stride_cn, pid_m, pid_n, BM: tl.constexpr, BN: tl.constexpr):
+def _activation(acc, ACT: tl.constexpr):
+    if ACT == 1:
+        acc = tl.maximum(acc, 0.0)
+    elif ACT == 2:  # exact GELU, x * Phi(x)
+        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+    elif ACT == 3:  # tanh GELU: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+        u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = acc / (1.0 + tl.exp(-2.0 * u))
+    elif ACT == 4:  # SiLU
+        acc = acc / (1.0 + tl.exp(-acc))
+    return acc
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS: tl.constexpr,
+              ACT: tl.constexpr, HAS_RES: tl.constexpr):
+    """``act(acc + bias) + residual`` on the fp32 tile before its one rounding (the output is never written
+    and read back for the bias, the activation or the residual)."""
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+    acc = _activation(acc, ACT)
+    if HAS_RES:
+        mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+        r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=mask, other=0.0)
+        acc += r.to(tl.float32)
+    return acc
+
+
+@triton.jit
+def _store_tile(c_ptr, acc, M, N, stride_cm, stride_cn, pid_m, pid_n, BM: tl.constexpr, BN: tl.constexpr,
+                bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+                HAS_RES: tl.constexpr):
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
+    acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
     mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, to_output(acc, c_ptr.dtype.element_ty), mask=mask)
@@ -81,21 +117,26 @@ def _store_tile(c_ptr, acc, M, N, stride_cm, stride_cn, pid_m, pid_n, BM: tl.con
 
 @triton.jit
 def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                   bias_ptr, res_ptr, stride_rm, stride_rn,
                    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                   EVEN_K: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                   EVEN_K: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
     """One program per C tile (the tiled, grouped and autotuned rungs differ in GROUP_M and the config)."""
     pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
     acc = _dot_tile(a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, 0, K,
                     BM, BN, BK, EVEN_K, UPCAST, PRECISION)
-    _store_tile(c_ptr, acc, M, N, stride_cm, stride_cn, pid_m, pid_n, BM, BN)
+    _store_tile(c_ptr, acc, M, N, stride_cm, stride_cn, pid_m, pid_n, BM, BN, bias_ptr, res_ptr, stride_rm,
+                stride_rn, HAS_BIAS, ACT, HAS_RES)
 
 
 @triton.jit
 def _persistent_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, M, N, K,
                        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                       bias_ptr, res_ptr, stride_rm, stride_rn,
                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                        NUM_PROGRAMS: tl.constexpr, USE_TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
-                       EVEN_K: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                       EVEN_K: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                       HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
     """A fixed grid of programs (one per SM) walks the tiles in grouped order: no launch tail of half-empty
     waves, and on Hopper each tile's A and B blocks arrive by TMA (the copy engine computes addresses and
     zero-fills borders; ``A_T``/``B_T``: the operand's descriptor is over its transpose, loaded then flipped)."""
@@ -118,11 +159,15 @@ def _persistent_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, M, N, K,
                     a = a.to(tl.float32)
                     b = b.to(tl.float32)
                 acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            if HAS_BIAS or ACT != 0 or HAS_RES:
+                acc = _epilogue(acc, pid_m * BM + tl.arange(0, BM), pid_n * BN + tl.arange(0, BN), M, N, bias_ptr,
+                                res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
             c_desc.store([pid_m * BM, pid_n * BN], to_output(acc, c_desc.dtype))
         else:
             acc = _dot_tile(a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, 0, K,
                             BM, BN, BK, EVEN_K, UPCAST, PRECISION)
-            _store_tile(c_ptr, acc, M, N, stride_cm, stride_cn, pid_m, pid_n, BM, BN)
+            _store_tile(c_ptr, acc, M, N, stride_cm, stride_cn, pid_m, pid_n, BM, BN, bias_ptr, res_ptr, stride_rm,
+                        stride_rn, HAS_BIAS, ACT, HAS_RES)
 
 
 @triton.jit
@@ -144,13 +189,23 @@ def _splitk_kernel(a_ptr, b_ptr, ws_ptr, M, N, K, k_per_split, stride_am, stride
 
 
 @triton.jit
-def _splitk_reduce(ws_ptr, c_ptr, MN, N, stride_cm, stride_cn, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
-    """C = sum over the SPLIT slots, added in slot order (deterministic), rounded once."""
+def _splitk_reduce(ws_ptr, c_ptr, MN, N, stride_cm, stride_cn, bias_ptr, res_ptr, stride_rm, stride_rn,
+                   SPLIT: tl.constexpr, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+                   HAS_RES: tl.constexpr):
+    """C = sum over the SPLIT slots, added in slot order (deterministic), the epilogue applied, rounded once."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
     acc = tl.load(ws_ptr + offs, mask=mask, other=0.0)
     for s in tl.static_range(1, SPLIT):
         acc += tl.load(ws_ptr + s * MN + offs, mask=mask, other=0.0)
+    if HAS_BIAS or ACT != 0 or HAS_RES:
+        rows = offs // N
+        cols = offs % N
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        acc = _activation(acc, ACT)
+        if HAS_RES:
+            acc += tl.load(res_ptr + rows * stride_rm + cols * stride_rn, mask=mask, other=0.0).to(tl.float32)
     tl.store(c_ptr + (offs // N) * stride_cm + (offs % N) * stride_cn, to_output(acc, c_ptr.dtype.element_ty),
              mask=mask)
 
@@ -260,12 +315,40 @@ def _upcast(dtype) -> bool:
     return runtime.interpreting() and dtype == torch.bfloat16
 
 
-def _launch_tiles(a, b, out, cfg: MatmulConfig, allow_tf32: bool):
+@dataclass(frozen=True)
+class Epilogue:
+    """What the Triton rungs apply to the fp32 tile before rounding: ``act(A @ B + bias) + residual``.
+
+    bias : ``[N]`` of the output's dtype, or None
+    activation : None, ``"relu"``, ``"gelu"`` (exact, erf), ``"gelu_tanh"`` or ``"silu"``
+    residual : ``[M, N]`` (any strides) of the output's dtype, or None
+    """
+
+    bias: torch.Tensor | None = None
+    activation: str | None = None
+    residual: torch.Tensor | None = None
+
+    def args(self, out: torch.Tensor) -> tuple:
+        """(bias_ptr, res_ptr, stride_rm, stride_rn) for the kernels; ``out`` stands in for an absent tensor."""
+        r = self.residual
+        return (self.bias if self.bias is not None else out, r if r is not None else out,
+                r.stride(0) if r is not None else 0, r.stride(1) if r is not None else 0)
+
+    def flags(self) -> dict:
+        return {"HAS_BIAS": self.bias is not None, "ACT": ACTIVATIONS[self.activation],
+                "HAS_RES": self.residual is not None}
+
+
+NO_EPILOGUE = Epilogue()
+
+
+def _launch_tiles(a, b, out, cfg: MatmulConfig, allow_tf32: bool, epi: Epilogue = NO_EPILOGUE):
     m, k = a.shape
     n = b.shape[1]
     grid = (triton.cdiv(m, cfg.BM) * triton.cdiv(n, cfg.BN),)
     _matmul_kernel[grid](
         a, b, out, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        *epi.args(out), **epi.flags(),
         BM=cfg.BM, BN=cfg.BN, BK=cfg.BK, GROUP_M=cfg.GROUP_M, EVEN_K=k % cfg.BK == 0, UPCAST=_upcast(a.dtype),
         PRECISION=_precision(a.dtype, allow_tf32), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
@@ -294,32 +377,34 @@ def _trivial(a, b, out) -> bool:
     return False
 
 
-def triton_tiled(a, b, *, out, allow_tf32: bool = False):
+def triton_tiled(a, b, *, out, allow_tf32: bool = False, epilogue: Epilogue = NO_EPILOGUE):
     """One program per 128 x 128 tile of C, launched in row-major tile order."""
     if _trivial(a, b, out):
         return out
-    return _launch_tiles(a, b, out, _fit(TILED, a.shape[0], b.shape[1]), allow_tf32)
+    return _launch_tiles(a, b, out, _fit(TILED, a.shape[0], b.shape[1]), allow_tf32, epilogue)
 
 
-def triton_grouped(a, b, *, out, allow_tf32: bool = False):
+def triton_grouped(a, b, *, out, allow_tf32: bool = False, epilogue: Epilogue = NO_EPILOGUE):
     """The tiled rung with tiles visited in groups of 8 row blocks, for L2 reuse."""
     if _trivial(a, b, out):
         return out
-    return _launch_tiles(a, b, out, _fit(GROUPED, a.shape[0], b.shape[1]), allow_tf32)
+    return _launch_tiles(a, b, out, _fit(GROUPED, a.shape[0], b.shape[1]), allow_tf32, epilogue)
 
 
 def _problem(a, b) -> tuple[int, int, int]:
     return a.shape[0], b.shape[1], a.shape[1]
 
 
-def triton_autotuned(a, b, *, out, allow_tf32: bool = False, config: MatmulConfig | None = None):
-    """The grouped kernel with the tile, warps and pipeline depth tuned per shape bucket (``config`` forces one)."""
+def triton_autotuned(a, b, *, out, allow_tf32: bool = False, config: MatmulConfig | None = None,
+                     epilogue: Epilogue = NO_EPILOGUE):
+    """The grouped kernel with the tile, warps and pipeline depth tuned per shape bucket (``config`` forces one;
+    a fused epilogue reuses the plain product's tuned config)."""
     if _trivial(a, b, out):
         return out
     if config is None:
         config = tune.best(AUTOTUNED, _problem(a, b), a.dtype,
                            lambda cfg: lambda: _launch_tiles(a, b, out, cfg, allow_tf32))
-    return _launch_tiles(a, b, out, config, allow_tf32)
+    return _launch_tiles(a, b, out, config, allow_tf32, epilogue)
 
 
 def _num_programs(tiles: int) -> int:
@@ -345,7 +430,7 @@ def tma_possible() -> bool:
     return runtime.interpreting() or runtime.is_hopper()
 
 
-def _launch_persistent(a, b, out, cfg: MatmulConfig, allow_tf32: bool):
+def _launch_persistent(a, b, out, cfg: MatmulConfig, allow_tf32: bool, epi: Epilogue = NO_EPILOGUE):
     m, k = a.shape
     n = b.shape[1]
     programs = _num_programs(triton.cdiv(m, cfg.BM) * triton.cdiv(n, cfg.BN))
@@ -360,13 +445,15 @@ def _launch_persistent(a, b, out, cfg: MatmulConfig, allow_tf32: bool):
     use_tma = a_desc is not None
     _persistent_kernel[(programs,)](
         a, b, out, a_desc, b_desc, c_desc, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        out.stride(0), out.stride(1), BM=cfg.BM, BN=cfg.BN, BK=cfg.BK, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
+        out.stride(0), out.stride(1), *epi.args(out), **epi.flags(),
+        BM=cfg.BM, BN=cfg.BN, BK=cfg.BK, GROUP_M=cfg.GROUP_M, NUM_PROGRAMS=programs,
         USE_TMA=use_tma, A_T=a_t, B_T=b_t, EVEN_K=k % cfg.BK == 0, UPCAST=_upcast(a.dtype),
         PRECISION=_precision(a.dtype, allow_tf32), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
 
-def triton_persistent(a, b, *, out, allow_tf32: bool = False, config: MatmulConfig | None = None):
+def triton_persistent(a, b, *, out, allow_tf32: bool = False, config: MatmulConfig | None = None,
+                      epilogue: Epilogue = NO_EPILOGUE):
     """One program per SM looping over tiles; TMA loads and stores on Hopper when the strides allow, pointer
     loads otherwise (other GPUs, unaligned strides)."""
     if _trivial(a, b, out):
@@ -374,14 +461,14 @@ def triton_persistent(a, b, *, out, allow_tf32: bool = False, config: MatmulConf
     if config is None:
         config = tune.best(PERSISTENT, _problem(a, b), a.dtype,
                            lambda cfg: lambda: _launch_persistent(a, b, out, cfg, allow_tf32))
-    return _launch_persistent(a, b, out, config, allow_tf32)
+    return _launch_persistent(a, b, out, config, allow_tf32, epilogue)
 
 
-def _launch_splitk(a, b, out, cfg: MatmulConfig, allow_tf32: bool):
+def _launch_splitk(a, b, out, cfg: MatmulConfig, allow_tf32: bool, epi: Epilogue = NO_EPILOGUE):
     m, k = a.shape
     n = b.shape[1]
     if cfg.split_k == 1:
-        return _launch_tiles(a, b, out, cfg, allow_tf32)
+        return _launch_tiles(a, b, out, cfg, allow_tf32, epi)
     k_per_split = triton.cdiv(triton.cdiv(k, cfg.split_k), cfg.BK) * cfg.BK
     split = triton.cdiv(k, k_per_split)  # every slice non-empty
     ws = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
@@ -391,12 +478,13 @@ def _launch_splitk(a, b, out, cfg: MatmulConfig, allow_tf32: bool):
         BM=cfg.BM, BN=cfg.BN, BK=cfg.BK, GROUP_M=cfg.GROUP_M, EVEN_K=k % cfg.BK == 0, UPCAST=_upcast(a.dtype),
         PRECISION=_precision(a.dtype, allow_tf32), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     block = 1024
-    _splitk_reduce[(triton.cdiv(m * n, block),)](ws, out, m * n, n, out.stride(0), out.stride(1), SPLIT=split,
-                                                 BLOCK=block)
+    _splitk_reduce[(triton.cdiv(m * n, block),)](ws, out, m * n, n, out.stride(0), out.stride(1), *epi.args(out),
+                                                 SPLIT=split, BLOCK=block, **epi.flags())
     return out
 
 
-def triton_splitk(a, b, *, out, allow_tf32: bool = False, config: MatmulConfig | None = None):
+def triton_splitk(a, b, *, out, allow_tf32: bool = False, config: MatmulConfig | None = None,
+                  epilogue: Epilogue = NO_EPILOGUE):
     """Skinny products (small M, as in decoding): K is cut into slices summed by separate programs so enough
     programs exist to fill the GPU, then a second kernel adds the slices in a fixed order."""
     if _trivial(a, b, out):
@@ -404,7 +492,7 @@ def triton_splitk(a, b, *, out, allow_tf32: bool = False, config: MatmulConfig |
     if config is None:
         config = tune.best(SPLITK, _problem(a, b), a.dtype,
                            lambda cfg: lambda: _launch_splitk(a, b, out, cfg, allow_tf32))
-    return _launch_splitk(a, b, out, config, allow_tf32)
+    return _launch_splitk(a, b, out, config, allow_tf32, epilogue)
 
 
 SPACES = {"triton_autotuned": AUTOTUNED, "triton_persistent": PERSISTENT, "triton_splitk": SPLITK}
