@@ -64,7 +64,10 @@ def _in_process(problem: str | Path, source: str, scale: float | None = 1 / 64) 
 CASES = [
     ("level1/06_softmax_narrow_fp32.py", {"softmax"}, {"softmax"}),
     ("level1/09_rms_norm_bf16.py", {"rms_norm"}, {"rms_norm"}),
-    ("level2/01_matmul_bias_relu_bf16.py", {"linear"}, {"linear"}),
+    ("level2/01_matmul_bias_relu_bf16.py", {"linear", "linear_epilogue"}, {"linear_epilogue"}),
+    ("level2/12_gpt_mlp_residual_fp32.py", {"layer_norm", "linear", "linear_epilogue"},
+     {"layer_norm", "linear_epilogue"}),
+    ("level2/13_out_proj_residual_bf16.py", {"linear", "linear_epilogue", "add"}, {"linear_epilogue"}),
     ("level2/05_add_rms_norm_bf16.py", {"add", "rms_norm", "add_rms_norm"}, {"add_rms_norm"}),
     ("level2/11_rope_gqa_attention_bf16.py", {"rope", "rope_pair", "attention"}, {"rope_pair", "attention"}),
 ]
@@ -121,8 +124,10 @@ def test_hand_written_patterns_and_modules():
     a = analyze(str(path), "cpu")
     assert {(s.kind, s.anchor) for s in a.sites} >= {("rms_norm", "mul_1"), ("linear", "gate"), ("linear", "up"),
                                                        ("linear", "down"), ("swiglu", "mul_3"),
-                                                       ("softmax", "softmax"), ("add", "add")}
-    plan = {"sites": [[s.kind, s.anchor, None] for s in a.sites if s.kind != "add"], "compile": None}
+                                                       ("softmax", "softmax"), ("add", "add"),
+                                                       ("linear_epilogue", "add_2")}  # h + down(m)
+    plan = {"sites": [[s.kind, s.anchor, None] for s in a.sites if s.kind not in ("add", "linear_epilogue")],
+            "compile": None}
     kernels.FALLBACKS.clear()
     src = candidate_source(path.read_text(), plan, label="all")
     assert _in_process(path, src, scale=None) < 1e-5

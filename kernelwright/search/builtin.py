@@ -103,9 +103,9 @@ def _case(site: patterns.Site) -> tuple[tuple[int, ...], dict, torch.dtype] | st
     the site at all; None when shapes are unknown."""
     role = {k: _meta(v) if isinstance(v, fx.Node) else None for k, v in site.shape_of.items()}
     k = site.kind
-    if k in ("linear", "matmul"):
+    if k in ("linear", "matmul", "linear_epilogue"):
         x = role.get("x") or role.get("a")
-        if k == "linear":
+        if k in ("linear", "linear_epilogue"):
             w = role.get("w")
             w_shape = w[0] if w else site.shape_of.get("w_shape")
             if x is None or w_shape is None:
@@ -113,6 +113,12 @@ def _case(site: patterns.Site) -> tuple[tuple[int, ...], dict, torch.dtype] | st
             if len(w_shape) != 2:
                 return "weight is not 2-D"
             n, kk = w_shape
+            if "res" in site.shape_of:
+                res = role.get("res")
+                if res is None:
+                    return None
+                if res != ((*x[0][:-1], n), x[1]):
+                    return f"residual {list(res[0])} {res[1]} is not the output's {[*x[0][:-1], n]} {x[1]}"
         else:
             b = role.get("b")
             if x is None or b is None:

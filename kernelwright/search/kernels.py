@@ -73,6 +73,35 @@ def kw_linear(x, weight, bias=None, *, variant=None):
     return attempt(run, variant, lambda: F.linear(x, weight, bias), "kw_linear")
 
 
+def _torch_linear_epilogue(x, weight, bias, activation, residual):
+    y = F.linear(x, weight, bias)
+    if activation == "relu":
+        y = F.relu(y)
+    elif activation in ("gelu", "gelu_tanh"):
+        y = F.gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
+    elif activation == "silu":
+        y = F.silu(y)
+    return y if residual is None else y + residual
+
+
+def kw_linear_epilogue(x, weight, bias=None, activation=None, residual=None, *, variant=None):
+    """``act(F.linear(x, weight, bias)) + residual`` as one product with a fused epilogue (``activation`` and
+    ``residual`` may each be None); a residual that would broadcast rather than match the output runs torch."""
+    def run(v):
+        if not _floats(x, weight) or weight.dim() != 2 or x.dim() < 1 or (bias is not None and not _floats(x, bias)):
+            raise UsageError("linear: not a floating 2-D weight of x's dtype")
+        shape = (*x.shape[:-1], weight.shape[0])
+        if residual is not None and (not _floats(x, residual) or tuple(residual.shape) != shape):
+            raise UsageError("linear: the residual does not match the output")
+        res = None if residual is None else residual.reshape(-1, weight.shape[0])
+        y = kwops.matmul(x.reshape(-1, x.shape[-1]), weight.t(), variant=v, bias=bias, activation=activation,
+                         residual=res)
+        return y.reshape(shape)
+
+    return attempt(run, variant, lambda: _torch_linear_epilogue(x, weight, bias, activation, residual),
+                   "kw_linear_epilogue")
+
+
 def kw_matmul(a, b, *, variant=None):
     """``a @ b`` for a ``[..., M, K]`` and a 2-D b ``[K, N]`` (leading dims of a flattened into M); anything
     else (a batched b, a vector) is torch's matmul."""

@@ -16,6 +16,9 @@ Kinds and the family each uses for its variants:
 kind           family         matches
 ============== ============== ==================================================================================
 linear         matmul         ``F.linear(x, W[, b])``, ``nn.Linear``
+linear_epilogue matmul        a linear followed by an activation (relu, gelu, tanh-gelu, silu: functions, methods
+                              or modules) and/or a residual ``+ r`` of the output's shape: fused into the
+                              product's epilogue
 matmul         matmul         ``torch.matmul``, ``torch.mm``, ``a @ b``, ``a.matmul(b)`` (2-D right operand)
 softmax        softmax        ``torch.softmax``, ``F.softmax``, ``x.softmax``, ``nn.Softmax`` (no ``dtype=``)
 rms_norm       rms_norm       ``F.rms_norm``, ``nn.RMSNorm``, hand-written ``x * rsqrt(mean(x^2) + eps) [* w]``
@@ -42,12 +45,12 @@ import torch.nn.functional as F
 
 from kernelwright.search import kernels
 
-FAMILY = {"linear": "matmul", "matmul": "matmul", "softmax": "softmax", "rms_norm": "rms_norm",
+FAMILY = {"linear": "matmul", "linear_epilogue": "matmul", "matmul": "matmul", "softmax": "softmax", "rms_norm": "rms_norm",
           "layer_norm": "layer_norm", "add_rms_norm": "add_rms_norm", "swiglu": "swiglu", "rope": "rope",
           "rope_pair": "rope", "cross_entropy": "cross_entropy", "attention": "attention", "add": "vector_add"}
 """site kind -> the kernelwright family whose rungs are its variants"""
 
-FUSED = ("add_rms_norm", "rope_pair", "swiglu", "cross_entropy", "attention", "linear", "matmul", "rms_norm",
+FUSED = ("add_rms_norm", "rope_pair", "swiglu", "cross_entropy", "attention", "linear_epilogue", "linear", "matmul", "rms_norm",
          "layer_norm", "softmax", "rope", "add")
 """kinds in order of preference when sites overlap (a fusion before its parts)"""
 
@@ -228,6 +231,67 @@ def _linear(root, n):
         return Site("linear", n.name, (n,), (n,), kernels.kw_linear, (n.args[0], Attr(f"{n.target}.weight"), bias),
                     shape_of={"x": n.args[0], "w_shape": tuple(m.weight.shape)})
     return None
+
+
+def _linear_call(root, n):
+    """(x, weight, bias, shape_of) of an ``F.linear`` / ``nn.Linear`` node, else None."""
+    if _fn(n, F.linear):
+        x, w = n.args[0], _arg(n, 1, "weight")
+        return x, w, _arg(n, 2, "bias"), {"x": x, "w": w}
+    m = _module(root, n, nn.Linear)
+    if m is not None:
+        bias = Attr(f"{n.target}.bias") if m.bias is not None else None
+        return n.args[0], Attr(f"{n.target}.weight"), bias, {"x": n.args[0], "w_shape": tuple(m.weight.shape)}
+    return None
+
+
+def _activation_of(root, n) -> tuple[fx.Node, str] | None:
+    """(input, name) when ``n`` applies relu, gelu (exact or tanh) or silu to one tensor, else None."""
+    if not isinstance(n, fx.Node) or n.kwargs.get("inplace") or (len(n.args) > 1 and n.op != "call_function"):
+        return None
+    if _fn(n, F.relu, torch.relu) or _method(n, "relu"):
+        return n.args[0], "relu"
+    if _fn(n, F.silu) or _method(n, "silu"):
+        return (n.args[0], "silu") if len(n.args) == 1 else None
+    if _fn(n, F.gelu):
+        approx = _arg(n, 1, "approximate", "none")
+        return (n.args[0], "gelu_tanh" if approx == "tanh" else "gelu") if approx in ("none", "tanh") else None
+    m = _module(root, n, nn.ReLU, nn.SiLU, nn.GELU)
+    if m is not None and not getattr(m, "inplace", False):
+        if isinstance(m, nn.GELU):
+            return (n.args[0], "gelu_tanh" if m.approximate == "tanh" else "gelu")
+        return n.args[0], "relu" if isinstance(m, nn.ReLU) else "silu"
+    return None
+
+
+def _linear_epilogue(root, n):
+    """``act(linear(x))``, ``linear(x) + r`` or ``act(linear(x)) + r``, anchored at the last node."""
+    def head(p):  # (linear node, activation node or None, activation name) ending at p
+        act = _activation_of(root, p)
+        if act is not None and isinstance(act[0], fx.Node) and _linear_call(root, act[0]) is not None \
+                and _only_user(act[0], p):
+            return act[0], p, act[1]
+        if _linear_call(root, p) is not None:
+            return p, None, None
+        return None
+
+    residual, found = None, None
+    if _is_add(n) and all(isinstance(a, fx.Node) for a in n.args):
+        for p, r in _pairs(n):
+            h = head(p)
+            if h is not None and _only_user(p, n) and r is not h[0]:
+                found, residual = h, r
+                break
+    if found is None:
+        h = head(n)
+        if h is None or h[1] is None:
+            return None
+        found = h
+    lin, act_node, activation = found
+    x, w, b, shape_of = _linear_call(root, lin)
+    nodes = tuple(x for x in (lin, act_node, n if residual is not None else None) if x is not None)
+    return Site("linear_epilogue", n.name, nodes, (n,), kernels.kw_linear_epilogue, (x, w, b, activation, residual),
+                shape_of={**shape_of, **({"res": residual} if residual is not None else {})})
 
 
 def _matmul(root, n):
@@ -445,7 +509,7 @@ def _add(root, n):
     return None
 
 
-MATCHERS = (_linear, _matmul, _softmax, _rms_norm, _layer_norm, _add_rms_norm, _swiglu, _rope, _cross_entropy,
+MATCHERS = (_linear, _linear_epilogue, _matmul, _softmax, _rms_norm, _layer_norm, _add_rms_norm, _swiglu, _rope, _cross_entropy,
             _attention, _add)
 
 
