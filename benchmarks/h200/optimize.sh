@@ -18,15 +18,19 @@ mkdir -p "$KW_CACHE_DIR" /tmp/opt
 [ -f benchmarks/results/h200/tune.tgz ] && tar -xzf benchmarks/results/h200/tune.tgz -C "$KW_CACHE_DIR"
 if [ -n "${PREV:-}" ] && [ -f "$PREV/optimized.tgz" ]; then tar -xzf "$PREV/optimized.tgz" -C /tmp; fi
 [ -f /tmp/opt/tune.tgz ] && tar -xzf /tmp/opt/tune.tgz -C "$KW_CACHE_DIR"
+# a snapshot of the results every 30 s: a call cut short by its time limit still brings back what was done
+( while sleep 30; do tar -czf "$OUT/optimized.part.tgz" -C /tmp opt 2>/dev/null && mv "$OUT/optimized.part.tgz" "$OUT/optimized.tgz"; done ) &
+SNAP=$!
 if [ "${1:-}" = tests ]; then
-  s=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_eval.py >> "$LOG" 2>&1
+  s=$SECONDS; timeout 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_eval.py >> "$LOG" 2>&1
   echo "pytest -m gpu tests/test_eval.py rc=$? in $((SECONDS - s))s"; grep -E "passed|failed" "$LOG" | tail -2
 fi
 s=$SECONDS
-timeout $((DEADLINE + 120)) python3 -m kernelwright.cli optimize problems/level1 problems/level2 problems/level3 \
+timeout -s INT $((DEADLINE + 60)) python3 -m kernelwright.cli optimize problems/level1 problems/level2 problems/level3 \
   --budget "$BUDGET" --compile-modes default --problem-seconds "$PER_PROBLEM" --deadline "$DEADLINE" --resume \
   --timeout 120 -o /tmp/opt --json > "$OUT/summary.json" 2>> "$LOG"
 echo "kw optimize rc=$? in $((SECONDS - s))s" | tee -a "$LOG"
+kill $SNAP 2>/dev/null
 tar -czf /tmp/opt/tune.tgz -C "$KW_CACHE_DIR" tune 2>/dev/null
 tar -czf "$OUT/optimized.tgz" -C /tmp opt
 grep -A60 "^problem " "$LOG" | tail -45
