@@ -15,7 +15,9 @@ of the same set), so a set too long for one sitting is done in several; the summ
 The numbers follow ``kw eval-set``: ``fast_p`` is the share of *all* problems of the set whose best candidate
 passed and ran more than ``p`` times faster than eager PyTorch; the geometric mean is over the problems where a
 candidate passed. ``geomean_with_eager_fallback`` also counts the others at 1.0x (a user keeps the reference where
-nothing faster was found; any passed candidate slower than eager is counted at 1.0x likewise).
+nothing faster was found; any passed candidate slower than eager is counted at 1.0x likewise). ``fast_1_clear``
+counts only speedups beyond the timing noise (``1 + noise``, the larger relative IQR of the eager and candidate
+samples): a candidate that equals eager can time at 1.01x.
 
 For a problem with one substitutable site (a single op), ``rungs`` lists the speedup of each of the site's
 variants that was judged on its own (``auto`` is the family's own choice) and ``rungs_total`` how many there are,
@@ -81,6 +83,15 @@ def _single_site(plan: dict | None) -> tuple[str, str] | None:
     return f"{kind}@{anchor}", variant or "auto"
 
 
+def noise(times: dict | None) -> float | None:
+    """The relative timing noise of a verdict: the larger relative IQR of eager's and the candidate's samples."""
+    if not times:
+        return None
+    rel = [t["iqr_ms"] / t["median_ms"] for t in (times.get("eager"), times.get("candidate"))
+           if t and t.get("median_ms") and t.get("iqr_ms") is not None]
+    return max(rel) if rel else None
+
+
 def problem_record(result, problem: Path, sites: list, seconds_cap: float | None) -> dict:
     """What one problem's search did, as plain data (see the module docstring)."""
     best = result.best
@@ -100,7 +111,7 @@ def problem_record(result, problem: Path, sites: list, seconds_cap: float | None
         v = best.verdict
         rec["best"] = {"label": best.proposal.label, "origin": best.proposal.origin, "plan": best.proposal.plan,
                        "speedup_eager": v.get("speedup_eager"), "speedup_compile": v.get("speedup_compile"),
-                       "times": v.get("times")}
+                       "noise": noise(v.get("times")), "times": v.get("times")}
     if len(sites) == 1:
         site = sites[0]
         rungs: dict[str, float | None] = {}
@@ -121,6 +132,9 @@ def summarize(out_dir: str | os.PathLike, n_set: int | None = None) -> dict:
     n = max(len(recs), n_set or 0)  # problems of the set not searched count as failed
     best = [(r["best"] or {}).get("speedup_eager") if r.get("best") else None for r in recs]
     fast = {f"fast_{p:g}": (sum(1 for b in best if b is not None and b > p) / n if n else 0.0) for p in THRESHOLDS}
+    # faster than eager by more than the timing noise (a candidate equal to eager can come out at 1.01x)
+    clear = [r["best"]["speedup_eager"] > 1 + (r["best"].get("noise") or 0.0) for r in recs if r.get("best")]
+    fast["fast_1_clear"] = sum(clear) / n if n else 0.0
     passed = [b for b in best if b is not None and b > 0]
     fallback = [max(b or 1.0, 1.0) for b in best] + [1.0] * (n - len(best))
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -153,7 +167,7 @@ def format_summary(s: dict) -> str:
                      f"{r.get('rungs_judged', ''):>6s} {r['seconds'] or 0:6.0f}")
     gm = s["geomean_speedup"]
     lines.append(f"{s['n_problems']} of {s['n_set']} problems searched; " + ", ".join(
-        f"{k} {s[k]:.2f}" for k in (f"fast_{p:g}" for p in THRESHOLDS)) + "; geomean speedup "
+        f"{k} {s[k]:.2f}" for k in (*(f"fast_{p:g}" for p in THRESHOLDS), "fast_1_clear")) + "; geomean speedup "
         + (f"{gm:.3f}x" if gm else "-") + f" over {s['n_passed']} with a passed candidate, "
         f"{s['geomean_with_eager_fallback'] or 0:.3f}x with eager kept where nothing faster was found")
     return "\n".join(lines)
