@@ -7,6 +7,7 @@
 #                                                            # largest cubes again side by side, the report
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/matmul.sh three # retune 512/1024/1000, bench them, kw check matmul
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/matmul.sh four  # retune 512/1024 on rotated operands, bench them
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/matmul.sh five  # 1024^3 on the deeper-pipeline tiles: retune, bench
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed).
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
@@ -24,6 +25,13 @@ mkdir -p "$KW_CACHE_DIR"
 step() { local t=$1; shift; echo "== $* (limit ${t}s)" | tee -a "$LOG"; local s=$SECONDS
          timeout "$t" "$@" >> "$LOG" 2>&1; echo "   rc=$? in $((SECONDS - s))s" | tee -a "$LOG"; }
 case "${1:-one}" in
+  five)
+    step 100 python3 -m kernelwright.cli tune matmul --variant triton_autotuned --variant triton_persistent \
+      --dtypes bf16,fp16 --shapes 1024 --force
+    tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
+    KW_AUTOTUNE=0 step 60 python3 -m kernelwright.cli bench matmul --dtypes bf16,fp16 --sizes 1024 \
+      --variant torch --variant triton_persistent --variant triton_autotuned --max-seconds 1
+    ;;
   one)
     step 90 python3 -m pytest -q -p no:cacheprovider -x tests/test_matmul_cuda.py tests/test_matmul.py
     grep -E "passed|failed" "$LOG" | tail -2

@@ -265,6 +265,9 @@ _TILES = (  # (BM, BN, BK, warps, stages): shapes known to suit wgmma/mma pipeli
     (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (64, 256, 64, 4, 4),
     (256, 64, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4),
     (128, 128, 32, 4, 4), (64, 128, 32, 4, 5), (64, 64, 32, 4, 5), (32, 64, 32, 4, 5),
+    # deeper pipelines for products too small to fill the GPU twice over (1024^3: 128 tiles of 64 x 128 on 132
+    # SMs, each waiting on HBM from a cold L2): more K blocks in flight per program
+    (64, 128, 64, 4, 6), (64, 128, 128, 4, 3), (128, 64, 64, 4, 6), (128, 64, 128, 4, 3),
 )
 
 
