@@ -45,13 +45,14 @@ import torch.nn.functional as F
 
 from kernelwright.search import kernels
 
-FAMILY = {"linear": "matmul", "linear_epilogue": "matmul", "matmul": "matmul", "softmax": "softmax", "rms_norm": "rms_norm",
-          "layer_norm": "layer_norm", "add_rms_norm": "add_rms_norm", "swiglu": "swiglu", "rope": "rope",
-          "rope_pair": "rope", "cross_entropy": "cross_entropy", "attention": "attention", "add": "vector_add"}
+FAMILY = {"linear": "matmul", "linear_epilogue": "matmul", "matmul": "matmul", "softmax": "softmax",
+          "rms_norm": "rms_norm", "layer_norm": "layer_norm", "add_rms_norm": "add_rms_norm", "swiglu": "swiglu",
+          "rope": "rope", "rope_pair": "rope", "cross_entropy": "cross_entropy", "attention": "attention",
+          "add": "vector_add"}
 """site kind -> the kernelwright family whose rungs are its variants"""
 
-FUSED = ("add_rms_norm", "rope_pair", "swiglu", "cross_entropy", "attention", "linear_epilogue", "linear", "matmul", "rms_norm",
-         "layer_norm", "softmax", "rope", "add")
+FUSED = ("add_rms_norm", "rope_pair", "swiglu", "cross_entropy", "attention", "linear_epilogue", "linear", "matmul",
+         "rms_norm", "layer_norm", "softmax", "rope", "add")
 """kinds in order of preference when sites overlap (a fusion before its parts)"""
 
 
@@ -509,8 +510,8 @@ def _add(root, n):
     return None
 
 
-MATCHERS = (_linear, _linear_epilogue, _matmul, _softmax, _rms_norm, _layer_norm, _add_rms_norm, _swiglu, _rope, _cross_entropy,
-            _attention, _add)
+MATCHERS = (_linear, _linear_epilogue, _matmul, _softmax, _rms_norm, _layer_norm, _add_rms_norm, _swiglu, _rope,
+            _cross_entropy, _attention, _add)
 
 
 def find_sites(root: nn.Module, graph: fx.Graph) -> list[Site]:

@@ -7,7 +7,6 @@ import torch
 from kernelwright.errors import UsageError
 from kernelwright.ops import _validate
 
-
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 
 
