@@ -43,6 +43,36 @@ def test_softmax_any_dim_noncontiguous(dim):
     torch.testing.assert_close(ops.softmax(x, dim=dim), torch.softmax(x.double(), dim).float())
 
 
+@pytest.mark.parametrize("variant", ["fused", "online", "split", None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_log_softmax_matches_float64(variant, dtype):
+    """log_softmax on the softmax rungs: against float64 on fresh inputs (wide enough for two online chunks, an
+    inner dim on a non-contiguous view), into a NaN-poisoned buffer, with extreme rows."""
+    for shape, dim in (((6, 5000), -1), ((5, 7, 9), 1)):
+        x = (torch.randn(shape) * 4).to(dtype)
+        if dim != -1:
+            x = x.transpose(0, 2)
+        ref = torch.log_softmax(x.double(), dim)
+        out = torch.full(x.shape, float("nan"), dtype=dtype)
+        y = ops.log_softmax(x, dim, variant=variant, out=out)
+        assert y is out
+        tol = 2**-7 * ref.abs() + 1e-6 if dtype == torch.bfloat16 else 1e-6 * ref.abs() + 1e-6
+        assert bool(((y.double() - ref).abs() <= tol).all()), (shape, dim, (y.double() - ref).abs().max())
+    x = torch.tensor([[1e4, 0.0, -1e4], [-3e38, -3e38, -3e38]], dtype=torch.float32)
+    torch.testing.assert_close(ops.log_softmax(x, variant=variant), torch.log_softmax(x.double(), -1).float())
+
+
+def test_log_softmax_bad_input():
+    with pytest.raises(UsageError, match="variant 'multipass': log_softmax runs on fused, online, split"):
+        ops.log_softmax(torch.randn(2, 3), variant="multipass")
+    with pytest.raises(UsageError, match="x: log_softmax has no backward"):
+        ops.log_softmax(torch.randn(2, 3, requires_grad=True))
+    with pytest.raises(UsageError, match="dim: expected a value in"):
+        ops.log_softmax(torch.randn(2, 3), dim=2)
+    with torch.no_grad():
+        assert ops.log_softmax(torch.randn(2, 3, requires_grad=True)).shape == (2, 3)
+
+
 def test_out_buffer_is_used():
     x = torch.randn(4, 33)
     out = torch.full_like(x, float("nan"))

@@ -63,6 +63,7 @@ def _in_process(problem: str | Path, source: str, scale: float | None = 1 / 64) 
 # (problem, the site kinds the analysis must find, the kinds the all-sites plan must use)
 CASES = [
     ("level1/06_softmax_narrow_fp32.py", {"softmax"}, {"softmax"}),
+    ("level1/08_log_softmax_fp32.py", {"log_softmax"}, {"log_softmax"}),
     ("level1/09_rms_norm_bf16.py", {"rms_norm"}, {"rms_norm"}),
     ("level2/01_matmul_bias_relu_bf16.py", {"linear", "linear_epilogue"}, {"linear_epilogue"}),
     ("level2/12_gpt_mlp_residual_fp32.py", {"layer_norm", "linear", "linear_epilogue"},

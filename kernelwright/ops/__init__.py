@@ -8,9 +8,9 @@ from kernelwright.ops.layer_norm.api import layer_norm
 from kernelwright.ops.matmul.api import matmul
 from kernelwright.ops.rms_norm.api import rms_norm
 from kernelwright.ops.rope.api import rope
-from kernelwright.ops.softmax.api import softmax
+from kernelwright.ops.softmax.api import log_softmax, softmax
 from kernelwright.ops.swiglu.api import swiglu
 from kernelwright.ops.vector_add.api import vector_add
 
-__all__ = ["matmul", "softmax", "vector_add", "swiglu", "rope", "cross_entropy",
+__all__ = ["matmul", "softmax", "log_softmax", "vector_add", "swiglu", "rope", "cross_entropy",
            "rms_norm", "layer_norm", "add_rms_norm", "attention", "attention_varlen"]

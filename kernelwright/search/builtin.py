@@ -141,7 +141,7 @@ def _case(site: patterns.Site) -> tuple[tuple[int, ...], dict, torch.dtype] | st
     x = role.get("x") or role.get("q")
     if x is None:
         return None
-    if k == "softmax":
+    if k in ("softmax", "log_softmax"):
         return x[0], {"dim": site.args[1]}, x[1]
     if k in ("rms_norm", "layer_norm"):
         eps = site.args[3] if k == "rms_norm" else site.args[4]
@@ -175,6 +175,11 @@ def _variants(site: patterns.Site, case, device: str) -> tuple[str | None, ...]:
     fam = get_family(site.family)
     out: list[str | None] = [None]
     for rung in reversed(fam.rungs):
+        if site.kind == "log_softmax":
+            from kernelwright.ops.softmax.api import LOG_RUNGS
+
+            if rung.name not in LOG_RUNGS:
+                continue
         if rung.backend == "cuda" or rung.needs in ("cuda", "hopper"):
             if device != "cuda":
                 continue

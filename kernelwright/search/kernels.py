@@ -120,6 +120,11 @@ def kw_softmax(x, dim, *, variant=None):
                    "kw_softmax")
 
 
+def kw_log_softmax(x, dim, *, variant=None):
+    return attempt(lambda v: kwops.log_softmax(x, dim=dim, variant=v), variant, lambda: torch.log_softmax(x, dim),
+                   "kw_log_softmax")
+
+
 def _last_dim_only(x, normalized_shape) -> bool:
     if normalized_shape is None:
         return True

@@ -21,6 +21,8 @@ linear_epilogue matmul        a linear followed by an activation (relu, gelu, ta
                               product's epilogue
 matmul         matmul         ``torch.matmul``, ``torch.mm``, ``a @ b``, ``a.matmul(b)`` (2-D right operand)
 softmax        softmax        ``torch.softmax``, ``F.softmax``, ``x.softmax``, ``nn.Softmax`` (no ``dtype=``)
+log_softmax    softmax        ``torch.log_softmax``, ``F.log_softmax``, ``x.log_softmax``, ``nn.LogSoftmax`` (the
+                              fused, online and split rungs)
 rms_norm       rms_norm       ``F.rms_norm``, ``nn.RMSNorm``, hand-written ``x * rsqrt(mean(x^2) + eps) [* w]``
 layer_norm     layer_norm     ``F.layer_norm``, ``nn.LayerNorm``
 add_rms_norm   add_rms_norm   ``a + b`` feeding an ``F.rms_norm`` / ``nn.RMSNorm`` (the sum may have other users)
@@ -46,13 +48,14 @@ import torch.nn.functional as F
 from kernelwright.search import kernels
 
 FAMILY = {"linear": "matmul", "linear_epilogue": "matmul", "matmul": "matmul", "softmax": "softmax",
+          "log_softmax": "softmax",
           "rms_norm": "rms_norm", "layer_norm": "layer_norm", "add_rms_norm": "add_rms_norm", "swiglu": "swiglu",
           "rope": "rope", "rope_pair": "rope", "cross_entropy": "cross_entropy", "attention": "attention",
           "add": "vector_add"}
 """site kind -> the kernelwright family whose rungs are its variants"""
 
 FUSED = ("add_rms_norm", "rope_pair", "swiglu", "cross_entropy", "attention", "linear_epilogue", "linear", "matmul",
-         "rms_norm", "layer_norm", "softmax", "rope", "add")
+         "rms_norm", "layer_norm", "softmax", "log_softmax", "rope", "add")
 """kinds in order of preference when sites overlap (a fusion before its parts)"""
 
 
@@ -214,6 +217,7 @@ def _const(x) -> bool:
 
 
 _SOFTMAX = (torch.softmax, F.softmax, torch.Tensor.softmax)
+_LOG_SOFTMAX = (torch.log_softmax, F.log_softmax, torch.Tensor.log_softmax)
 _RMS = tuple(f for f in (F.rms_norm, getattr(torch, "rms_norm", None)) if f is not None)
 _LN = (F.layer_norm, torch.layer_norm)
 _MATMUL = (torch.matmul, torch.mm, operator.matmul)
@@ -311,6 +315,20 @@ def _softmax(root, n):
     m = _module(root, n, nn.Softmax)
     if m is not None and isinstance(m.dim, int):
         return Site("softmax", n.name, (n,), (n,), kernels.kw_softmax, (n.args[0], m.dim), shape_of={"x": n.args[0]})
+    return None
+
+
+def _log_softmax(root, n):
+    if _fn(n, *_LOG_SOFTMAX) or _method(n, "log_softmax"):
+        dim = _arg(n, 1, "dim")
+        if not isinstance(dim, int) or n.kwargs.get("dtype") is not None or (len(n.args) > 3 and n.args[3]):
+            return None
+        return Site("log_softmax", n.name, (n,), (n,), kernels.kw_log_softmax, (n.args[0], dim),
+                    shape_of={"x": n.args[0]})
+    m = _module(root, n, nn.LogSoftmax)
+    if m is not None and isinstance(m.dim, int):
+        return Site("log_softmax", n.name, (n,), (n,), kernels.kw_log_softmax, (n.args[0], m.dim),
+                    shape_of={"x": n.args[0]})
     return None
 
 
@@ -510,8 +528,8 @@ def _add(root, n):
     return None
 
 
-MATCHERS = (_linear, _linear_epilogue, _matmul, _softmax, _rms_norm, _layer_norm, _add_rms_norm, _swiglu, _rope,
-            _cross_entropy, _attention, _add)
+MATCHERS = (_linear, _linear_epilogue, _matmul, _softmax, _log_softmax, _rms_norm, _layer_norm, _add_rms_norm,
+            _swiglu, _rope, _cross_entropy, _attention, _add)
 
 
 def find_sites(root: nn.Module, graph: fx.Graph) -> list[Site]:

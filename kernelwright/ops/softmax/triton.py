@@ -14,7 +14,8 @@ they come to it:
   resident and the wait cannot deadlock. Under the CPU interpreter, which runs programs one after another, a
   row is one chunk (no waiting).
 
-Every launcher takes ``x`` (any layout, softmax over ``dim``) and a contiguous ``out``.
+Every launcher takes ``x`` (any layout, softmax over ``dim``) and a contiguous ``out``; ``fused``, ``online`` and
+``split`` also compute log_softmax (``log=True``: ``x - max - log(sum exp(x - max))``, same traffic).
 """
 
 from __future__ import annotations
@@ -108,29 +109,34 @@ def softmax_multipass(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> t
 
 # --- rung 2: fused, one row per program in registers ---------------------------------------------------------------
 @triton.jit
-def _softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+def _softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr, LOG: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=float("-inf")).to(tl.float32)  # read D
-    e = tl.exp(x - tl.max(x, 0))
-    y = e / tl.sum(e, 0)
+    m = tl.max(x, 0)
+    e = tl.exp(x - m)
+    if LOG:  # log_softmax: x - max - log(sum)
+        y = x - m - tl.log(tl.sum(e, 0))
+    else:
+        y = e / tl.sum(e, 0)
     tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)  # write D
 
 
-def _fused(x2: torch.Tensor, y2: torch.Tensor) -> None:
+def _fused(x2: torch.Tensor, y2: torch.Tensor, log: bool = False) -> None:
     R, D = x2.shape
     block = triton.next_power_of_2(D)
-    _softmax_fused_kernel[(R,)](x2, y2, D, x2.stride(0), y2.stride(0), BLOCK=block, num_warps=_warps(block))
+    _softmax_fused_kernel[(R,)](x2, y2, D, x2.stride(0), y2.stride(0), BLOCK=block, LOG=log, num_warps=_warps(block))
 
 
-def softmax_fused(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
-    return _launch_rows(x, dim, out, _fused)
+def softmax_fused(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor, log: bool = False) -> torch.Tensor:
+    return _launch_rows(x, dim, out, lambda x2, y2: _fused(x2, y2, log))
 
 
 # --- rung 3: online, two streaming passes per row ------------------------------------------------------------------
 @triton.jit
-def _softmax_online_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr):
+def _softmax_online_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.constexpr,
+                           LOG: tl.constexpr = False):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_stride
     # pass 1: per-lane running max m and sum s of exp(x - m), rescaled when m grows; one reduction at the end
@@ -147,29 +153,35 @@ def _softmax_online_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.c
     row_max = tl.max(m, 0)
     row_sum = tl.sum(s * tl.exp(m - row_max), 0)  # lanes with m = -inf have s = 0 and weigh exp(-inf) = 0
     inv = 1.0 / row_sum
+    log_sum = tl.log(row_sum)
     # pass 2: normalize and write
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < n_cols
         x = tl.load(x_row + cols, mask=mask, other=float("-inf")).to(tl.float32)  # read D again (L2 if lucky)
-        y = tl.exp(x - row_max) * inv
+        if LOG:  # (x - max) first: max + log(sum) would lose log(sum) next to a huge max
+            y = (x - row_max) - log_sum
+        else:
+            y = tl.exp(x - row_max) * inv
         tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)  # write D
 
 
-def _online(x2: torch.Tensor, y2: torch.Tensor) -> None:
+def _online(x2: torch.Tensor, y2: torch.Tensor, log: bool = False) -> None:
     R, D = x2.shape
     block = min(ONLINE_CHUNK, triton.next_power_of_2(D))
-    _softmax_online_kernel[(R,)](x2, y2, D, x2.stride(0), y2.stride(0), BLOCK=block, num_warps=_warps(block))
+    _softmax_online_kernel[(R,)](x2, y2, D, x2.stride(0), y2.stride(0), BLOCK=block, LOG=log,
+                                 num_warps=_warps(block))
 
 
-def softmax_online(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
-    return _launch_rows(x, dim, out, _online)
+def softmax_online(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor, log: bool = False) -> torch.Tensor:
+    return _launch_rows(x, dim, out, lambda x2, y2: _online(x2, y2, log))
 
 
 # --- rung 4: split rows over cooperating programs ------------------------------------------------------------------
 @triton.jit
 def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_stride,
-                          N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr):
+                          N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
+                          LOG: tl.constexpr = False):
     # slot: [R, N_CHUNKS] int64, all -1 at launch; a chunk publishes (max, sum of exp(x - max)) packed into one
     # 64-bit word, so a single relaxed atomic carries its whole message: no counter, no release fence (which
     # would wait for this program's earlier stores of y to drain).
@@ -195,6 +207,8 @@ def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_st
         s = tl.sum(e, 0)
         if N_CHUNKS == 1:
             scale = 1.0 / s
+            row_max = m
+            log_sum = tl.log(s)
         else:
             # high word: bits of m (finite, so never the all-ones NaN of the -1 sentinel); low word: bits of s
             word = (m.to(tl.int32, bitcast=True).to(tl.int64) << 32) | s.to(tl.uint32, bitcast=True).to(tl.int64)
@@ -209,7 +223,12 @@ def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_st
             row_max = tl.max(pm, 0)
             row_sum = tl.sum(ps * tl.exp(pm - row_max), 0)
             scale = tl.exp(m - row_max) / row_sum
-        tl.store(y_ptr + row64 * y_stride + cols, to_output(e * scale, y_ptr.dtype.element_ty), mask=mask)
+            log_sum = tl.log(row_sum)
+        if LOG:  # log_softmax: (x - row max) first, then log(row sum) (their sum would lose it next to a huge max)
+            y = (x - row_max) - log_sum
+        else:
+            y = e * scale
+        tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)
 
 
 SPLIT_WARPS = 8
@@ -240,7 +259,7 @@ def _split_config(n_cols: int) -> tuple[int, int]:
 
 
 def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_warps: int | None = None,
-           kernel=None) -> None:
+           kernel=None, log: bool = False) -> None:
     """Launch the split kernel (``kernel``: another with the same signature, for experiments)."""
     kernel = kernel or _softmax_split_kernel
     R, D = x2.shape
@@ -255,10 +274,12 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
     n_chunks = triton.cdiv(D, chunk)
     slots = torch.full((R, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x2.device)
     meta = dict(N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
+    if log:
+        meta["LOG"] = True
     if runtime.interpreting():
         groups = R
     else:
-        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps, kernel)
+        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps, kernel, log)
         if key not in _split_resident:
             compiled = kernel.warmup(x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta, num_warps=warps,
                                      grid=(1,))
@@ -271,5 +292,5 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
     kernel[(groups * n_chunks,)](x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta, num_warps=warps)
 
 
-def softmax_split(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
-    return _launch_rows(x, dim, out, _split)
+def softmax_split(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor, log: bool = False) -> torch.Tensor:
+    return _launch_rows(x, dim, out, lambda x2, y2: _split(x2, y2, log=log))
