@@ -11,6 +11,7 @@ export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_CACHE_DIR=/tmp/kwcache KW_ARCHIVE=/t
 export KW_GIT_COMMIT=${KW_GIT_COMMIT:-unknown} PYTHONPATH="$PWD"
 LOG="$OUT/log.txt"
 DEADLINE=${DEADLINE:-440}; BUDGET=${BUDGET:-10}; PER_PROBLEM=${PER_PROBLEM:-45}
+# EXTRA: more kw optimize options (e.g. --no-compile-baseline: no torch.compile of each reference)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee -a "$LOG"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$LOG"
 echo "commit $KW_GIT_COMMIT; budget $BUDGET, $PER_PROBLEM s per problem, deadline $DEADLINE s" | tee -a "$LOG"
@@ -28,7 +29,7 @@ fi
 s=$SECONDS
 timeout -s INT $((DEADLINE + 60)) python3 -m kernelwright.cli optimize problems/level1 problems/level2 problems/level3 \
   --budget "$BUDGET" --compile-modes default --problem-seconds "$PER_PROBLEM" --deadline "$DEADLINE" --resume \
-  --timeout 120 -o /tmp/opt --json > "$OUT/summary.json" 2>> "$LOG"
+  --timeout 120 -o /tmp/opt ${EXTRA:-} --json > "$OUT/summary.json" 2>> "$LOG"
 echo "kw optimize rc=$? in $((SECONDS - s))s" | tee -a "$LOG"
 kill $SNAP 2>/dev/null
 tar -czf /tmp/opt/tune.tgz -C "$KW_CACHE_DIR" tune 2>/dev/null

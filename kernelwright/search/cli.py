@@ -51,6 +51,9 @@ def add_optimize_parser(sub, common: argparse.ArgumentParser) -> argparse.Argume
                    help="torch.compile modes the built-in proposer tries, comma list or 'none' (default: all three "
                         "on CUDA, none on CPU)")
     p.add_argument("--population", type=int, default=8, help="fittest candidates kept for mutation (default 8)")
+    p.add_argument("--no-compile-baseline", action="store_true",
+                   help="do not time torch.compile of the reference (saves its compile per problem; verdicts then "
+                        "carry no speedup vs compile)")
     p.add_argument("--problem-seconds", type=float, default=None,
                    help="a set: wall-clock seconds per problem's search (in-flight candidates finish)")
     p.add_argument("--deadline", type=float, default=None,
@@ -129,7 +132,10 @@ def run_optimize(args: argparse.Namespace) -> int:
 
         archive = Archive(args.archive)
         proposers = []
-        options = {"timeout_s": args.timeout} if args.timeout else None
+        options = {"timeout_s": args.timeout} if args.timeout else {}
+        if args.no_compile_baseline:
+            options["compile_baseline"] = False
+        options = options or None
         if is_set:
             from kernelwright.search.optset import format_summary, optimize_set
 
