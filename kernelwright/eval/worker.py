@@ -157,6 +157,14 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _hold_cycles() -> int:
+    """GPU cycles of the blocking kernel queued before each timed call (``KW_EVAL_HOLD_CYCLES`` overrides; for
+    diagnosing host-bound timings)."""
+    from kernelwright.harness import timing
+
+    return int(os.environ.get("KW_EVAL_HOLD_CYCLES") or timing._HOLD_CYCLES)
+
+
 def time_calls(fn, arg_sets: list[list], device: str, *, warmup_args: list | None = None, warmup: int = 0,
                after=None) -> dict:
     """Time ``fn(*args)`` once per argument set (each set is used once: a result cached by content never
@@ -191,7 +199,7 @@ def time_calls(fn, arg_sets: list[list], device: str, *, warmup_args: list | Non
     for i, args in enumerate(arg_sets):
         if device == "cuda":
             flush.zero_()
-            torch.cuda._sleep(timing._HOLD_CYCLES)
+            torch.cuda._sleep(_hold_cycles())
             s, m, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             s.record()
             out = fn(*args)
