@@ -74,13 +74,9 @@ def kw_linear(x, weight, bias=None, *, variant=None):
 
 
 def _torch_linear_epilogue(x, weight, bias, activation, residual):
-    y = F.linear(x, weight, bias)
-    if activation == "relu":
-        y = F.relu(y)
-    elif activation in ("gelu", "gelu_tanh"):
-        y = F.gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
-    elif activation == "silu":
-        y = F.silu(y)
+    from kernelwright.ops.matmul.api import apply_activation
+
+    y = apply_activation(F.linear(x, weight, bias), activation)
     return y if residual is None else y + residual
 
 

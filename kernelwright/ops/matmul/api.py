@@ -10,19 +10,25 @@ from kernelwright.ops import _validate
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 
 
-def _torch_epilogue(out: torch.Tensor, bias, activation, residual) -> torch.Tensor:
-    """The epilogue in fp32 after the product, for rungs that do not fuse it (the CUDA C ladder)."""
+def apply_activation(y: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """One of :data:`ACTIVATIONS` in torch (the unfused path, and the reference the fused one must match)."""
     import torch.nn.functional as F
 
+    if activation == "relu":
+        return F.relu(y)
+    if activation in ("gelu", "gelu_tanh"):
+        return F.gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
+    if activation == "silu":
+        return F.silu(y)
+    return y
+
+
+def _torch_epilogue(out: torch.Tensor, bias, activation, residual) -> torch.Tensor:
+    """The epilogue in fp32 after the product, for rungs that do not fuse it (the CUDA C ladder)."""
     y = out.float()
     if bias is not None:
         y += bias.float()
-    if activation == "relu":
-        y = F.relu(y)
-    elif activation in ("gelu", "gelu_tanh"):
-        y = F.gelu(y, approximate="tanh" if activation == "gelu_tanh" else "none")
-    elif activation == "silu":
-        y = F.silu(y)
+    y = apply_activation(y, activation)
     if residual is not None:
         y += residual.float()
     return out.copy_(y)

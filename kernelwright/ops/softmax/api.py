@@ -8,6 +8,16 @@ from kernelwright.errors import UsageError
 from kernelwright.ops import _validate
 
 
+def _check(x, dim) -> None:
+    _validate.tensor("x", x)
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise UsageError(f"dim: expected an int, got {type(dim).__name__}")
+    if x.dim() == 0:
+        raise UsageError("x: expected a tensor with at least one dimension, got a scalar (0-d) tensor")
+    if not -x.dim() <= dim < x.dim():
+        raise UsageError(f"dim: expected a value in [{-x.dim()}, {x.dim() - 1}] for a {x.dim()}-d tensor, got {dim}")
+
+
 def softmax(x: torch.Tensor, dim: int = -1, *, variant: str | None = None,
             out: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax of ``x`` along ``dim``: ``exp(x - max) / sum(exp(x - max))``.
@@ -32,13 +42,7 @@ def softmax(x: torch.Tensor, dim: int = -1, *, variant: str | None = None,
     """
     from kernelwright.registry import get_family
 
-    _validate.tensor("x", x)
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise UsageError(f"dim: expected an int, got {type(dim).__name__}")
-    if x.dim() == 0:
-        raise UsageError("x: expected a tensor with at least one dimension, got a scalar (0-d) tensor")
-    if not -x.dim() <= dim < x.dim():
-        raise UsageError(f"dim: expected a value in [{-x.dim()}, {x.dim() - 1}] for a {x.dim()}-d tensor, got {dim}")
+    _check(x, dim)
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and x.requires_grad):
         from kernelwright.ops.softmax_bwd.api import differentiable_softmax  # autograd: the softmax_bwd family
 
@@ -67,13 +71,7 @@ def log_softmax(x: torch.Tensor, dim: int = -1, *, variant: str | None = None,
     """
     from kernelwright.registry import get_family
 
-    _validate.tensor("x", x)
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        raise UsageError(f"dim: expected an int, got {type(dim).__name__}")
-    if x.dim() == 0:
-        raise UsageError("x: expected a tensor with at least one dimension, got a scalar (0-d) tensor")
-    if not -x.dim() <= dim < x.dim():
-        raise UsageError(f"dim: expected a value in [{-x.dim()}, {x.dim() - 1}] for a {x.dim()}-d tensor, got {dim}")
+    _check(x, dim)
     if torch.is_grad_enabled() and x.requires_grad:
         raise UsageError("x: log_softmax has no backward here; x requires grad (use torch.log_softmax, or "
                          "torch.no_grad())")
