@@ -345,7 +345,7 @@ def _brief(t: dict | None) -> dict | None:
     if not t:
         return None
     return {k: t[k] for k in ("median_ms", "iqr_ms", "min_ms", "n", "mode", "stream_median_ms", "device_median_ms",
-                              "excess_ms") if k in t}
+                              "host_median_ms", "excess_ms", "gate", "gate_timeouts") if k in t}
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

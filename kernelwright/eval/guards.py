@@ -17,7 +17,6 @@ import statistics
 import sys
 import threading
 import time
-import types
 
 import torch
 
@@ -34,7 +33,8 @@ _MODULE_ATTRS = {
 _TORCH_ATTRS = ("isfinite", "isnan", "where", "equal", "empty", "empty_like", "zeros", "full_like", "randint")
 _CUDA_ATTRS = ("synchronize", "Event", "Stream", "current_stream", "_sleep", "set_per_process_memory_fraction",
                "memory_snapshot", "is_available")
-_OWN_MODULES = ("kernelwright.harness.timing", "kernelwright.eval.worker", "kernelwright.eval.guards",
+_OWN_MODULES = ("kernelwright.harness.timing", "kernelwright.harness.gate", "kernelwright.eval.worker",
+                "kernelwright.eval.guards",
                 "kernelwright.eval.problem", "kernelwright.eval.wire", "kernelwright.eval.judge")
 
 
@@ -46,6 +46,15 @@ _CLASSES = (torch.Tensor, torch.cuda.Event, torch.cuda.Stream, multiprocessing.c
 
 
 _MRO_DICTS = {cls: [vars(k) for k in cls.__mro__] for cls in _CLASSES}
+
+
+def _classes() -> tuple[type, ...]:
+    """The held classes, with the timer's host gate once it is loaded (CUDA only)."""
+    gate = sys.modules.get("kernelwright.harness.gate")
+    if gate is None:
+        return _CLASSES
+    _MRO_DICTS.setdefault(gate.HostGate, [vars(k) for k in gate.HostGate.__mro__])
+    return (*_CLASSES, gate.HostGate)
 
 
 def _class_label(cls: type) -> str:
@@ -68,7 +77,7 @@ class Integrity:
         for n in _CUDA_ATTRS:
             if hasattr(torch.cuda, n):
                 self._held[("mod", "torch.cuda", n)] = getattr(torch.cuda, n)
-        for cls in _CLASSES:
+        for cls in _classes():
             for n in dir(cls):
                 v = self._current(("cls", cls, n))
                 if callable(v) or isinstance(v, (staticmethod, classmethod, property)) or hasattr(v, "__get__"):
@@ -77,7 +86,7 @@ class Integrity:
             mod = sys.modules.get(name)
             if mod is not None:
                 for k, v in _callables(mod).items():
-                    if isinstance(v, (types.FunctionType, type)) and getattr(v, "__module__", None) == name:
+                    if getattr(v, "__module__", None) == name:  # functions, classes and Triton kernels
                         self._held[("mod", name, k)] = v
 
     @staticmethod

@@ -32,6 +32,7 @@ import sys
 import time
 import traceback
 import types
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -158,11 +159,39 @@ def _sync(device: str) -> None:
 
 
 def _hold_cycles() -> int:
-    """GPU cycles of the blocking kernel queued before each timed call (``KW_EVAL_HOLD_CYCLES`` overrides; for
-    diagnosing host-bound timings)."""
+    """GPU cycles of the fixed spin queued before each timed call when the host gate cannot be used
+    (``KW_EVAL_HOLD_CYCLES`` overrides)."""
     from kernelwright.harness import timing
 
     return int(os.environ.get("KW_EVAL_HOLD_CYCLES") or timing._HOLD_CYCLES)
+
+
+def _gate_for(fn, warmup_args: list | None):
+    """A :class:`~kernelwright.harness.gate.HostGate` for timing ``fn``, or None when ``fn`` waits on the GPU
+    itself (a gated trial call ran out of spins) or ``KW_EVAL_GATE=0``."""
+    if os.environ.get("KW_EVAL_GATE", "1") == "0" or warmup_args is None:
+        return None
+    from kernelwright.harness.gate import HostGate
+
+    try:
+        gate = HostGate()
+        gate.close()  # compiles the blocking kernel
+        gate.open()
+        torch.cuda.synchronize()
+    except Exception as e:  # no gate (a Triton that cannot build it): the fixed spin, as before
+        warnings.warn(f"the host gate is not available ({type(e).__name__}: {e}); timing behind a fixed spin",
+                      stacklevel=2)
+        return None
+    for _ in range(2):
+        gate.close()
+        try:
+            fn(*warmup_args)
+        finally:
+            gate.open()
+        torch.cuda.synchronize()
+        if gate.timed_out():
+            return None
+    return gate
 
 
 def time_calls(fn, arg_sets: list[list], device: str, *, warmup_args: list | None = None, warmup: int = 0,
@@ -170,20 +199,24 @@ def time_calls(fn, arg_sets: list[list], device: str, *, warmup_args: list | Non
     """Time ``fn(*args)`` once per argument set (each set is used once: a result cached by content never
     hits). ``after(i, out)`` runs outside the timed span (checks).
 
-    CUDA: the L2 is flushed and nvbench's blocking kernel queued before each call, then events
-    ``start -> fn -> mid`` on the current stream, ``torch.cuda.synchronize()`` (every stream of the device), then
-    ``end``. ``device_ms = end - start`` includes work left on other streams; ``stream_ms = mid - start`` does
-    not. The host's wake-up gap between ``synchronize`` and ``end`` is measured on an empty call and taken off:
-    a sample is ``max(stream_ms, device_ms - gap)``. ``excess_ms`` (median of ``device - stream - gap``) is the
-    work that finished after the current stream did: side-stream work nobody waited for. CPU: a host clock.
+    CUDA: the L2 is flushed and a blocking kernel queued before each call, then events ``start -> fn -> mid`` on
+    the current stream; the host then releases the blocking kernel (:mod:`kernelwright.harness.gate`), so the GPU
+    runs the call's work back to back however long the host took to queue it; ``torch.cuda.synchronize()``
+    (every stream of the device), then ``end``. ``device_ms = end - start`` includes work left on other streams;
+    ``stream_ms = mid - start`` does not. The host's wake-up gap between ``synchronize`` and ``end`` is measured
+    on an empty call and taken off: a sample is ``max(stream_ms, device_ms - gap)``. ``excess_ms`` (median of
+    ``device - stream - gap``) is the work that finished after the current stream did: side-stream work nobody
+    waited for. A callable that waits on the GPU itself (the gate would time out) is timed behind a fixed spin
+    instead (``gate: "spin"``), and then its host time can be in the sample. ``host_median_ms`` is the host's
+    time to make the call (launch cost). CPU: a host clock.
     """
     from kernelwright.harness import timing
 
     for _ in range(warmup):
         fn(*warmup_args)
         _sync(device)
-    stream_ms, device_ms = [], []
-    gap = 0.0
+    stream_ms, device_ms, host_ms = [], [], []
+    gap, gate, timeouts = 0.0, None, 0
     if device == "cuda":
         flush = timing._l2_flush_buffer()
         gaps = []
@@ -196,17 +229,32 @@ def time_calls(fn, arg_sets: list[list], device: str, *, warmup_args: list | Non
             e.synchronize()
             gaps.append(m.elapsed_time(e))
         gap = statistics.median(gaps)
+        gate = _gate_for(fn, warmup_args)
     for i, args in enumerate(arg_sets):
         if device == "cuda":
             flush.zero_()
-            torch.cuda._sleep(_hold_cycles())
+            if gate is not None:
+                gate.close()
+            else:
+                torch.cuda._sleep(_hold_cycles())
             s, m, e = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             s.record()
-            out = fn(*args)
+            t0 = time.perf_counter()
+            try:
+                out = fn(*args)
+            except BaseException:
+                if gate is not None:
+                    gate.open()
+                raise
+            host_ms.append((time.perf_counter() - t0) * 1e3)
             m.record()
+            if gate is not None:
+                gate.open()
             torch.cuda.synchronize()
             e.record()
             e.synchronize()
+            if gate is not None and gate.timed_out():
+                timeouts += 1
             stream_ms.append(s.elapsed_time(m))
             device_ms.append(s.elapsed_time(e))
         else:
@@ -215,16 +263,22 @@ def time_calls(fn, arg_sets: list[list], device: str, *, warmup_args: list | Non
             t1 = time.perf_counter()
             stream_ms.append((t1 - t0) * 1e3)
             device_ms.append((t1 - t0) * 1e3)
+            host_ms.append((t1 - t0) * 1e3)
         if after is not None:
             after(i, out)
         del out
     samples = [max(st, dv - gap) for st, dv in zip(stream_ms, device_ms, strict=True)]
     med, iqr, mn = timing.summarize(samples)
     excess = statistics.median([dv - st - gap for st, dv in zip(stream_ms, device_ms, strict=True)])
-    return {"median_ms": med, "iqr_ms": iqr, "min_ms": mn, "n": len(samples), "samples_ms": samples,
-            "stream_median_ms": statistics.median(stream_ms), "device_median_ms": statistics.median(device_ms),
-            "sync_gap_ms": gap, "excess_ms": max(0.0, excess) if device == "cuda" else 0.0,
-            "mode": "cuda-events+device-sync" if device == "cuda" else "host-clock"}
+    out = {"median_ms": med, "iqr_ms": iqr, "min_ms": mn, "n": len(samples), "samples_ms": samples,
+           "stream_median_ms": statistics.median(stream_ms), "device_median_ms": statistics.median(device_ms),
+           "host_median_ms": statistics.median(host_ms),
+           "sync_gap_ms": gap, "excess_ms": max(0.0, excess) if device == "cuda" else 0.0,
+           "mode": "cuda-events+device-sync" if device == "cuda" else "host-clock"}
+    if device == "cuda":
+        out["gate"] = "host" if gate is not None else "spin"
+        out["gate_timeouts"] = timeouts
+    return out
 
 
 def _run(model, args: list) -> list[torch.Tensor]:
@@ -431,7 +485,13 @@ def run_reference(job: dict, send) -> dict:
                          for r, e, ix, c in zip(ref, eager, idx, conds, strict=True)])
     send("stage", "timing eager")
     warm = problem.clone_args(main_args)
-    eager_time = time_calls(model, tsets, device, warmup_args=warm, warmup=int(cfg["warmup"]))
+    fingerprints = [problem.fingerprint(a) for a in tsets]
+    dev_idx = [ix.to(device) for ix in idx]
+
+    def checks():  # the candidate's checks between calls, on eager's outputs too (see _timed_call_checks)
+        return _timed_call_checks(out_specs, dev_idx, tsets, fingerprints, _Guard(), device, [])
+
+    eager_time = time_calls(model, tsets, device, warmup_args=warm, warmup=int(cfg["warmup"]), after=checks())
     compile_time, compile_note, compile_s = None, None, None
     if cfg["compile_baseline"]:
         send("stage", "timing torch.compile")
@@ -441,7 +501,8 @@ def run_reference(job: dict, send) -> dict:
             _run(compiled, problem.clone_args(main_args))
             _sync(device)
             compile_s = time.perf_counter() - t0
-            compile_time = time_calls(compiled, tsets, device, warmup_args=warm, warmup=int(cfg["warmup"]))
+            compile_time = time_calls(compiled, tsets, device, warmup_args=warm, warmup=int(cfg["warmup"]),
+                                      after=checks())
         except Exception as e:  # a reference torch.compile cannot take: no compile baseline, said so
             compile_note = f"torch.compile of the reference failed: {type(e).__name__}: {str(e)[:200]}"
     copy_tbps = cfg.get("copy_tbps")
@@ -460,7 +521,7 @@ def run_reference(job: dict, send) -> dict:
     poison_sizes = sorted(counts.items())
     return {"sets": sets, "notes": notes, "alt": alt, "output_specs": out_specs, "alt_output_specs": alt_specs,
             "size_constants": constants, "timing_specs": [s.to_dict() for s in tspecs], "timing_mode": timing_mode,
-            "timing_fingerprints": [problem.fingerprint(a) for a in tsets], "sample_idx": idx,
+            "timing_fingerprints": fingerprints, "sample_idx": idx,
             "timing_samples": tsamples, "eager_time": eager_time, "compile_time": compile_time,
             "compile_note": compile_note, "compile_s": compile_s, "copy_tbps": copy_tbps, "min_bytes": min_bytes,
             "poison_sizes": poison_sizes, "init": repr(init)[:200], "bases": bases,
@@ -564,6 +625,34 @@ def _changed_inputs(after: list, before: list) -> list[int]:
             if isinstance(a, torch.Tensor) and not _same_tensor(a, b)]
 
 
+def _timed_call_checks(out_specs: list[dict], idx: list, tsets: list, fingerprints: list, guard: _Guard,
+                       device: str, samples: list):
+    """The checks after each timed call (outside the timed span): plain outputs of the right specs, the values at
+    the secret sample positions (appended to ``samples``), inputs unchanged, the guard. The reference worker runs
+    the very same checks between its eager calls: their traffic (device-to-host copies, small kernels, Python)
+    leaves the host's caches in the same state before the next call on both sides, so a call is not timed
+    colder on one side than on the other."""
+
+    def after(i: int, out) -> None:
+        try:
+            outs = guards.flatten_outputs(out)
+            guards.check_plain(outs, out_specs, device)
+        except guards.OutputProblem as p:
+            raise Failure(p.category, f"{p.message} (timed call {i})") from None
+        call = []
+        for o, ix in zip(outs, idx, strict=True):
+            fin = torch.isfinite(o)
+            call.append({"values": o.reshape(-1)[ix].double().cpu(), "nonfinite": int((~fin).sum()),
+                         "sum": float(torch.where(fin, o, torch.zeros((), dtype=o.dtype, device=o.device)).sum(
+                             dtype=torch.float64))})
+        samples.append(call)
+        if not problem.same_fingerprint(problem.fingerprint(tsets[i]), fingerprints[i]):
+            raise Failure("input_mutation", f"the candidate changed its inputs in place (timed call {i})")
+        guard.check(f"after timed call {i}")
+
+    return after
+
+
 def run_candidate(job: dict, send) -> dict:
     device, cfg, seed = job["device"], job["config"], int(job["seed"])
     ref_mod = loader.import_file(job["reference"], "reference", "reference")
@@ -593,6 +682,8 @@ def run_candidate(job: dict, send) -> dict:
         ref_alt = problem.build_model(alt_mod.Model, init_alt, seed, device)
     idx = [ix.to(device) for ix in job["sample_idx"]]
     poison_sizes = [(int(b), int(n)) for b, n in job["poison_sizes"]]
+    if device == "cuda":
+        import kernelwright.harness.gate  # noqa: F401  (loaded before the candidate, to be held by the guard)
     guard = _Guard()
     send("stage", "ready", {"integrity_objects": len(guard.integrity)})
 
@@ -665,25 +756,8 @@ def run_candidate(job: dict, send) -> dict:
                            f"at another problem size {spec.overrides}: {f.message}"]
 
     send("stage", "timing")
-    main_specs = job["output_specs"]
-    samples = []
-
-    def after(i: int, out) -> None:
-        try:
-            outs = guards.flatten_outputs(out)
-            guards.check_plain(outs, main_specs, device)
-        except guards.OutputProblem as p:
-            raise Failure(p.category, f"{p.message} (timed call {i})") from None
-        call = []
-        for o, ix in zip(outs, idx, strict=True):
-            fin = torch.isfinite(o)
-            call.append({"values": o.reshape(-1)[ix].double().cpu(), "nonfinite": int((~fin).sum()),
-                         "sum": float(torch.where(fin, o, torch.zeros((), dtype=o.dtype, device=o.device)).sum(
-                             dtype=torch.float64))})
-        samples.append(call)
-        if not problem.same_fingerprint(problem.fingerprint(tsets[i]), job["timing_fingerprints"][i]):
-            raise Failure("input_mutation", f"the candidate changed its inputs in place (timed call {i})")
-        guard.check(f"after timed call {i}")
+    samples: list = []
+    after = _timed_call_checks(job["output_specs"], idx, tsets, job["timing_fingerprints"], guard, device, samples)
 
     try:  # the module itself is timed, called exactly as eager is: no wrapper on either side
         timing = time_calls(model, tsets, device, warmup_args=problem.clone_args(sets[0]), warmup=int(cfg["warmup"]),

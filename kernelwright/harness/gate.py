@@ -1,0 +1,106 @@
+"""A gate for event timing: nvbench's blocking kernel, released by the host, occupying the whole GPU.
+
+A fixed spin (``torch.cuda._sleep``) queued before the start event hides the host's launch code only when that
+code is shorter than the spin. A module whose forward launches many kernels from Python, or a process whose host
+is slower, outlasts any fixed spin, and then the GPU's idle time lands between the start and end events. The gate
+removes the guess: a kernel spins on a flag in pinned host memory, the host queues the start event, the timed
+call and the end event behind it, and only then sets the flag. Everything timed is already queued when the GPU
+starts on it, however long the host took to queue it.
+
+Unlike nvbench's one-thread kernel, the gate fills every warp slot of every SM (one program polls the host flag
+and passes the release on through device memory; the others poll that). Work the timed call queues on *another*
+stream cannot run under the gate either, so it cannot finish before the start event and vanish from the sample.
+
+The spin is bounded (``max_spins`` reads of the flag, a few hundred milliseconds): a timed call that waits on
+the GPU itself (``.item()``, ``synchronize()``) would otherwise wait on a gate that only it could open. A gate
+that ran out of spins says so (:meth:`HostGate.timed_out`), and the caller times that callable without a gate.
+
+Usage::
+
+    gate = HostGate()
+    gate.close()          # queue the blocking kernel
+    start.record(); fn(); end.record()
+    gate.open()           # release it: the GPU now runs fn back to back
+    torch.cuda.synchronize()
+    assert not gate.timed_out()
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_SPINS = 200_000
+"""Reads of the host flag before the gate gives up (each crosses the PCIe bus: ~1 us, so ~0.2 s)."""
+
+
+WARPS = 16
+
+
+@triton.jit(do_not_specialize=["gen"])
+def _blocking_kernel(host_flag_ptr, release_ptr, spins_ptr, gen, max_spins):
+    # volatile loads go to memory every time: program 0 sees the host's store to the pinned flag, the others see
+    # program 0's store of the release; a load of memory another agent writes must not be cached in registers/L1
+    n = 0
+    if tl.program_id(0) == 0:
+        flag = tl.load(host_flag_ptr, volatile=True)
+        while (flag != gen) & (n < max_spins):
+            flag = tl.load(host_flag_ptr, volatile=True)
+            n += 1
+        tl.store(release_ptr, gen)
+        tl.store(spins_ptr, n)
+    else:
+        released = tl.load(release_ptr, volatile=True)
+        while (released != gen) & (n < 8 * max_spins):  # device-memory reads are faster than the host flag's
+            released = tl.load(release_ptr, volatile=True)
+            n += 1
+
+
+def programs_to_fill(sms: int, threads_per_sm: int, warps: int = WARPS) -> int:
+    """Programs of ``warps`` warps that take every warp slot of ``sms`` SMs with ``threads_per_sm`` threads each."""
+    per_sm = max(1, threads_per_sm // (32 * warps))
+    return sms * per_sm
+
+
+class HostGate:
+    """One blocking kernel at a time on the current stream, opened by the host (see the module docstring).
+
+    ``programs`` programs of ``WARPS`` warps fill every SM's warp slots (when the kernel's registers allow it)."""
+
+    def __init__(self, max_spins: int = MAX_SPINS):
+        if not isinstance(max_spins, int) or max_spins < 1:
+            raise ValueError(f"max_spins must be an int >= 1, got {max_spins!r}")
+        if not torch.cuda.is_available():
+            raise RuntimeError("HostGate needs a CUDA device: on CPU the host clock times calls directly")
+        self.max_spins = max_spins
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.programs = programs_to_fill(props.multi_processor_count, props.max_threads_per_multi_processor)
+        self._flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        self._flag_np = self._flag.numpy()  # a store through numpy: ~100 ns, no torch dispatch on the open path
+        self._release = torch.zeros(1, dtype=torch.int32, device="cuda")
+        self._spins = torch.full((1,), -1, dtype=torch.int32, device="cuda")
+        self._gen = 0
+        self.closed = False
+
+    def close(self) -> None:
+        """Queue the blocking kernel on the current stream; work queued after it waits for :meth:`open`."""
+        if self.closed:
+            raise RuntimeError("the gate is already closed: open it before closing it again")
+        self._gen = self._gen % (2**31 - 1) + 1  # a new generation: the flag and the release still hold the last
+        self.closed = True
+        _blocking_kernel[(self.programs,)](self._flag, self._release, self._spins, self._gen, self.max_spins,
+                                           num_warps=WARPS)
+
+    def open(self) -> None:
+        """Release the blocking kernel (the host's store; the GPU sees it at its next read of the flag)."""
+        self._flag_np[0] = self._gen
+        self.closed = False
+
+    def spins(self) -> int:
+        """Reads of the flag the last blocking kernel made before it ended (synchronizes the device)."""
+        return int(self._spins.item())
+
+    def timed_out(self) -> bool:
+        """True when the last blocking kernel gave up waiting: the timed call itself waited on the GPU."""
+        return self.spins() >= self.max_spins
