@@ -11,7 +11,9 @@ A *plan* picks some non-overlapping sites, a variant for each (``None``: the fam
 and optionally a ``torch.compile`` mode; :func:`candidate_source` turns it into a self-contained candidate file
 (see :mod:`kernelwright.search.rewrite`). :class:`BuiltinProposer` proposes, in order:
 
-1. every site at once, each with the family's choice (fusions preferred where sites overlap);
+1. every site at once, each with the family's choice (fusions preferred where sites overlap); where the problem
+   is one op (a single site), then each rung of its ladder, top first, before any ``torch.compile`` (a rung costs
+   seconds to judge, a compile tens of seconds, and the question on a single op is which rung is best);
 2. ``torch.compile`` of the unchanged reference in each mode (CUDA only by default: on CPU it compiles C++ for a
    machine nobody benchmarks);
 3. that plan without each of its sites in turn (which substitutions cost more than they save), with each
@@ -320,6 +322,11 @@ class BuiltinProposer:
             return [_Plan({}, m) for m in self.compile_modes]
         combo = self.combo()
         chosen = [self.analysis.site(k) for k in combo.sites]
+        if len(chosen) == 1 and len(self.analysis.sites) == 1:  # a single op: its ladder is the question, and a
+            site = chosen[0]                                       # rung costs seconds where a compile costs tens
+            return [combo, *(self._with(combo, site, v) for v in site.variants[1:]),
+                    *(_Plan({}, m) for m in self.compile_modes),
+                    *([_Plan(combo.sites, self.compile_modes[0])] if self.compile_modes else [])]
         plans = [combo, *(_Plan({}, m) for m in self.compile_modes)]
         if len(chosen) > 1:  # leave one out: finds the substitutions that cost more than they save
             plans += [_Plan({k: v for k, v in combo.sites.items() if k != s.key}) for s in chosen]
