@@ -52,6 +52,8 @@ class SiteInfo:
     """``None`` (the family's choice) first, then the rungs from the top of the ladder"""
     nodes: frozenset[str]
     shapes: str = ""
+    auto: str | None = None
+    """the rung the family's own choice (``None``) takes at this site's shape and device, where known"""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -196,6 +198,20 @@ def _variants(site: patterns.Site, case, device: str) -> tuple[str | None, ...]:
     return tuple(out)
 
 
+def _auto_rung(site: patterns.Site, case, device: str) -> str | None:
+    """The rung the family picks for this site (what ``variant=None`` runs), or None where it cannot be told."""
+    if not isinstance(case, tuple):
+        return None
+    from kernelwright.ops._validate import pick_rung
+    from kernelwright.registry import get_family
+
+    size, kwargs, dtype = case
+    try:
+        return pick_rung(get_family(site.family), None, device, size, kwargs, dtype).name
+    except Exception:  # a process that cannot run that device's rungs, a size convention of another family
+        return None
+
+
 def analyze(problem: Problem | str, device: str = "cpu") -> Analysis:
     """Trace the reference, find its sites, and the variants each can take on ``device``."""
     if not isinstance(problem, Problem):
@@ -221,7 +237,7 @@ def analyze(problem: Problem | str, device: str = "cpu") -> Analysis:
             continue
         shapes = ", ".join(f"{k}{list(m[0])}" for k, v in s.shape_of.items() if (m := _meta(v)))
         result.sites.append(SiteInfo(s.kind, s.anchor, s.family, _variants(s, case, device),
-                                     frozenset(n.name for n in s.nodes), shapes))
+                                     frozenset(n.name for n in s.nodes), shapes, _auto_rung(s, case, device)))
     return result
 
 

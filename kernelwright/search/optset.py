@@ -121,6 +121,7 @@ def problem_record(result, problem: Path, sites: list, seconds_cap: float | None
                 rungs[one[1]] = a["speedup_eager"] if a["passed"] else None
         rec["rungs"] = rungs
         rec["rungs_total"] = len(site.variants)
+        rec["auto_rung"] = getattr(site, "auto", None)
     return rec
 
 
@@ -148,7 +149,9 @@ def summarize(out_dir: str | os.PathLike, n_set: int | None = None) -> dict:
         if "rungs" in r:
             judged = {k: v for k, v in r["rungs"].items() if v is not None}
             row["rungs_judged"] = f"{len(r['rungs'])}/{r['rungs_total']}"
-            row["best_rung"] = max(judged, key=judged.get) if judged else None
+            top = max(judged, key=judged.get) if judged else None
+            auto = r.get("auto_rung")  # "auto" is the family's choice: name the rung it ran
+            row["best_rung"] = f"auto ({auto})" if top == "auto" and auto else top
         rows.append(row)
     return {"out_dir": str(out), "n_problems": len(recs), "n_set": n,
             "n_passed": len(passed), **fast, "geomean_speedup": gm(passed),
