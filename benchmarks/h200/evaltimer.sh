@@ -14,10 +14,9 @@ s=$SECONDS
 timeout 170 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gate.py tests/test_eval.py -rfE >> "$LOG" 2>&1
 echo "pytest -m gpu tests/test_gate.py tests/test_eval.py rc=$? in $((SECONDS - s))s" | tee -a "$LOG"
 grep -E "^(FAILED|ERROR)|passed|failed" "$LOG" | tail -8
-P="problems/level1/05_bmm_fp16.py problems/level1/09_rms_norm_bf16.py problems/level1/06_softmax_narrow_fp32.py
-   problems/level1/16_gelu_tanh_fp16.py problems/level2/03_swiglu_mlp_bf16.py problems/level3/01_llama_block_bf16.py"
-timeout ${GATE_S:-170} python3 benchmarks/h200/evaltimer.py $P --reps 2 -o "$OUT/evaltimer_gate.json" 2>> "$LOG" \
-  | tee -a "$LOG" | tail -16
-KW_EVAL_GATE=0 timeout ${SPIN_S:-80} python3 benchmarks/h200/evaltimer.py problems/level1/05_bmm_fp16.py \
-  problems/level1/09_rms_norm_bf16.py problems/level3/01_llama_block_bf16.py --reps 2 -o "$OUT/evaltimer_spin.json" \
-  2>> "$LOG" | tee -a "$LOG" | tail -10
+P=${PROBLEMS:-"problems/level1/05_bmm_fp16.py problems/level1/09_rms_norm_bf16.py problems/level2/03_swiglu_mlp_bf16.py
+   problems/level3/01_llama_block_bf16.py"}
+timeout ${GATE_S:-150} python3 benchmarks/h200/evaltimer.py $P --reps 2 -o "$OUT/evaltimer_gate.json" 2>> "$LOG" \
+  | tee -a "$LOG" | tail -12
+KW_EVAL_GATE=0 timeout ${SPIN_S:-60} python3 benchmarks/h200/evaltimer.py problems/level1/05_bmm_fp16.py \
+  problems/level3/01_llama_block_bf16.py --reps 1 -o "$OUT/evaltimer_spin.json" 2>> "$LOG" | tee -a "$LOG" | tail -6
