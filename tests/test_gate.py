@@ -30,10 +30,11 @@ def test_a_gate_nobody_opens_gives_up_after_max_spins():
     assert release == 7  # released on the timeout too: nothing waits forever
 
 
-@pytest.mark.parametrize("sms, threads, warps, want", [(132, 2048, 16, 528), (132, 2048, 32, 264),
-                                                        (108, 2048, 16, 432), (4, 256, 16, 4)])
-def test_programs_fill_every_warp_slot(sms, threads, warps, want):
-    assert gate.programs_to_fill(sms, threads, warps) == want
+@pytest.mark.parametrize("sms, per_sm, want", [(132, 32, 4224), (108, 32, 3456), (4, 16, 64)])
+def test_programs_take_every_block_slot(sms, per_sm, want):
+    assert gate.programs_to_fill(sms, per_sm) == want
+    with pytest.raises(ValueError, match="sms"):
+        gate.programs_to_fill(0, per_sm)
 
 
 def test_bad_max_spins_is_refused():

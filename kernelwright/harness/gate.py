@@ -7,7 +7,7 @@ removes the guess: a kernel spins on a flag in pinned host memory, the host queu
 call and the end event behind it, and only then sets the flag. Everything timed is already queued when the GPU
 starts on it, however long the host took to queue it.
 
-Unlike nvbench's one-thread kernel, the gate fills every warp slot of every SM (one program polls the host flag
+Unlike nvbench's one-thread kernel, the gate takes every block slot of every SM (one program polls the host flag
 and passes the release on through device memory; the others poll that). Work the timed call queues on *another*
 stream cannot run under the gate either, so it cannot finish before the start event and vanish from the sample.
 
@@ -35,7 +35,12 @@ MAX_SPINS = 200_000
 """Reads of the host flag before the gate gives up (each crosses the PCIe bus: ~1 us, so ~0.2 s)."""
 
 
-WARPS = 16
+WARPS = 1
+BLOCKS_PER_SM = 32
+"""Resident thread blocks an SM holds at most (32 on sm_80 and sm_90, fewer on smaller chips): the gate launches
+that many one-warp programs per SM, so every block slot is taken and no other kernel's block can be scheduled
+(filling warp slots is not enough: a kernel whose registers allow fewer blocks than the warps would leaves room,
+which the H200 showed in run 15)."""
 
 
 @triton.jit(do_not_specialize=["gen"])
@@ -57,16 +62,18 @@ def _blocking_kernel(host_flag_ptr, release_ptr, spins_ptr, gen, max_spins):
             n += 1
 
 
-def programs_to_fill(sms: int, threads_per_sm: int, warps: int = WARPS) -> int:
-    """Programs of ``warps`` warps that take every warp slot of ``sms`` SMs with ``threads_per_sm`` threads each."""
-    per_sm = max(1, threads_per_sm // (32 * warps))
-    return sms * per_sm
+def programs_to_fill(sms: int, blocks_per_sm: int = BLOCKS_PER_SM) -> int:
+    """Programs that take every block slot of ``sms`` SMs (on a chip with fewer slots the rest wait their turn,
+    which keeps the slots full as well)."""
+    if sms < 1 or blocks_per_sm < 1:
+        raise ValueError(f"sms and blocks_per_sm must be >= 1, got {sms} and {blocks_per_sm}")
+    return sms * blocks_per_sm
 
 
 class HostGate:
     """One blocking kernel at a time on the current stream, opened by the host (see the module docstring).
 
-    ``programs`` programs of ``WARPS`` warps fill every SM's warp slots (when the kernel's registers allow it)."""
+    ``programs`` one-warp programs take every block slot of every SM."""
 
     def __init__(self, max_spins: int = MAX_SPINS):
         if not isinstance(max_spins, int) or max_spins < 1:
@@ -75,7 +82,7 @@ class HostGate:
             raise RuntimeError("HostGate needs a CUDA device: on CPU the host clock times calls directly")
         self.max_spins = max_spins
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        self.programs = programs_to_fill(props.multi_processor_count, props.max_threads_per_multi_processor)
+        self.programs = programs_to_fill(props.multi_processor_count)
         self._flag = torch.zeros(1, dtype=torch.int32, pin_memory=True)
         self._flag_np = self._flag.numpy()  # a store through numpy: ~100 ns, no torch dispatch on the open path
         self._release = torch.zeros(1, dtype=torch.int32, device="cuda")
