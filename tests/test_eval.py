@@ -388,3 +388,13 @@ def test_gpu_event_patch_and_stale_output_caught(gpu_ev):
     assert gpu_ev.evaluate(prob("elementwise"), str(FIX / "cheats/event_patch.py")).category == "timer_tampering"
     v = gpu_ev.evaluate(prob("elementwise"), str(FIX / "cheats/stale_output.py"))
     assert v.category == "stale_output", v.reason
+
+
+def test_reference_with_run_to_run_rounding_is_checked_not_refused(ev, tmp_path):
+    """A reduction whose order varies between runs moves only the last bits: an honest candidate still passes."""
+    cand = tmp_path / "sum_rows.py"
+    cand.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, x):\n        return x.sum(-1)\n")
+    v = ev.evaluate(str(FIX / "refs" / "reduction_order.py"), str(cand))
+    assert v.passed, v.reason
+    assert any("last bits" in n for n in v.details.get("notes", [])), v.details.get("notes")

@@ -337,6 +337,24 @@ class _Float64:
         return [o.double() if o.is_floating_point() else o for o in _run(self.shadow, up)]
 
 
+def _run_to_run_drift(first: list[torch.Tensor], second: list[torch.Tensor]) -> str | None:
+    """None when two eager runs on the same inputs agree within a tenth of their dtype's tolerance (rounding that
+    varies with the order of a reduction), else what differs."""
+    for i, (a, b) in enumerate(zip(first, second, strict=True)):
+        if not a.is_floating_point():
+            if not torch.equal(a, b):
+                return f"output {i} ({a.dtype}) differs"
+            continue
+        if not torch.equal(a.isnan(), b.isnan()):
+            return f"output {i} has NaN in different places"
+        tol = judge.tolerance_for(a.dtype)
+        x, y = a.double().nan_to_num(), b.double().nan_to_num()
+        bound = 0.1 * (tol.atol + tol.rtol * x.abs())
+        if bool(((x - y).abs() > bound).any()):
+            return f"output {i} differs by up to {float((x - y).abs().max()):.3g}"
+    return None
+
+
 def _rms(args: list) -> float:
     """RMS over every element of the floating tensor arguments."""
     total, n = 0.0, 0
@@ -405,8 +423,15 @@ def run_reference(job: dict, send) -> dict:
         if k == 0:
             again = _run(model, problem.clone_args(args))
             if not all(torch.equal(a.nan_to_num(), b.nan_to_num()) for a, b in zip(eager, again, strict=True)):
-                raise Failure("reference", "the reference Model gives different outputs on the same inputs "
-                                           "(dropout or randomness in forward?): it cannot be checked against")
+                # a reduction whose order changes between runs (split-KV attention, atomics) moves the last bits;
+                # randomness in forward (dropout) moves the values: only the latter makes the problem uncheckable
+                drift = _run_to_run_drift(eager, again)
+                if drift is not None:
+                    raise Failure("reference", "the reference Model gives different outputs on the same inputs "
+                                               f"({drift}; dropout or randomness in forward?): it cannot be checked "
+                                               "against")
+                notes.append("the reference's outputs differ in their last bits from run to run on the same inputs "
+                             "(a reduction in varying order); checked within the dtype's tolerance")
             out_specs = _specs(eager)
         ref = model64(args)
         if spec.dist != "as_is" and not _all_finite(ref, eager) and _all_finite(sets[0]["ref"], sets[0]["eager"]):

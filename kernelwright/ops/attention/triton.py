@@ -258,8 +258,12 @@ def _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, 
                 m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
             else:
                 m_use = m_i
-            # one FFMA and one MUFU.EX2 per score (sm_90 SASS: tl.math.exp2 is already the ftz approximation)
-            p = tl.math.exp2(qk * qk_scale - m_use[:, None])  # <= 2^8 while the reference max is stale
+            # one FFMA and one MUFU.EX2 per score (sm_90 SASS: tl.math.exp2 is already the ftz approximation).
+            # The max was taken of rounded products, the FFMA subtracts it from the unrounded one: at scores of
+            # ~1e12 they differ by ~1e5 and exp2 of that is inf (inf / inf = NaN). The exponent is <= 8 in exact
+            # arithmetic, so it is clamped there (NaN still propagates).
+            p = tl.math.exp2(tl.minimum(qk * qk_scale - m_use[:, None], RESCALE_THRESHOLD,
+                                        propagate_nan=tl.PropagateNan.ALL))
             l_i = l_i + tl.sum(p, 1)
         else:
             s = qk * qk_scale  # qk_scale = scale
@@ -268,7 +272,7 @@ def _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, 
                 m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key yet: exp(-inf - 0) = 0, not NaN
             else:
                 m_use = m_new
-            p = tl.exp(s - m_use[:, None])
+            p = tl.exp(tl.minimum(s - m_use[:, None], 0.0, propagate_nan=tl.PropagateNan.ALL))  # (see above)
             alpha = tl.exp(m_i - m_use)
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None]

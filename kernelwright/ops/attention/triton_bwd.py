@@ -53,6 +53,13 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _le0(x):
+    """P's exponent, <= 0 in exact arithmetic; the FFMA with the unrounded product can put it ~1e5 above that at
+    scores of ~1e12, and exp2 then gives inf. Clamped to 0 (NaN still propagates)."""
+    return tl.minimum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def _dot(a, b, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
     """a @ b with an fp32 result (exact fp32 products for fp32 operands: PRECISION "ieee")."""
     if UPCAST:
@@ -159,7 +166,7 @@ def _dkdv_steps(dk, dv, k, v, q_base, do_base, lse2_base, delta_base, s_qs, s_qd
         lse2 = tl.load(lse2_base + offs_m, mask=offs_m < len_q, other=0.0)              # [BM]
         delta = tl.load(delta_base + offs_m, mask=offs_m < len_q, other=0.0)            # [BM]
         st = _dot(k, tl.trans(q), UPCAST, PRECISION)                                     # [BN, BM]
-        pt = tl.math.exp2(st * qk_scale2 - lse2[None, :])
+        pt = tl.math.exp2(_le0(st * qk_scale2 - lse2[None, :]))
         if MASK:
             pt = tl.where(offs_n[:, None] <= offs_m[None, :] + causal_off, pt, 0.0)
         if not EVEN_N:
@@ -237,7 +244,7 @@ def _dq_steps(dq, q, do, lse2, delta, k_base, v_base, s_ks, s_kd, s_vs, s_vd, of
         k = _tile(k_base, offs_n, s_ks, s_kd, len_k, offs_d, HEAD_DIM, EVEN_D)           # [BN, BD]
         v = _tile(v_base, offs_n, s_vs, s_vd, len_k, offs_d, HEAD_DIM, EVEN_D)           # [BN, BD]
         s = _dot(q, tl.trans(k), UPCAST, PRECISION)                                       # [BM, BN]
-        p = tl.math.exp2(s * qk_scale2 - lse2[:, None])
+        p = tl.math.exp2(_le0(s * qk_scale2 - lse2[:, None]))
         if MASK:
             keep = (offs_n < len_k)[None, :]
             if CAUSAL:
@@ -326,7 +333,7 @@ def _naive_pds_kernel(Q, K, V, DO, P, DS, LSE2, DELTA, CU_Q, CU_K, qk_scale2,
     keep = inside
     if CAUSAL:
         keep = keep & (offs_n[None, :] <= offs_m[:, None] + (len_k - len_q))
-    p = tl.where(keep, tl.math.exp2(_dot(q, tl.trans(k), UPCAST, PRECISION) * qk_scale2 - lse2[:, None]), 0.0)
+    p = tl.where(keep, tl.math.exp2(_le0(_dot(q, tl.trans(k), UPCAST, PRECISION) * qk_scale2 - lse2[:, None])), 0.0)
     ds = p * (_dot(do, tl.trans(v), UPCAST, PRECISION) - delta[:, None])
     at = b * s_pb + h * s_ph + (q_start + offs_m)[:, None] * s_ps + offs_n[None, :]
     tl.store(P + at, p, mask=inside)     # write 4 B x Sq x Skv a head
