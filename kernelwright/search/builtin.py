@@ -16,10 +16,9 @@ and optionally a ``torch.compile`` mode; :func:`candidate_source` turns it into 
    seconds to judge, a compile tens of seconds, and the question on a single op is which rung is best);
 2. ``torch.compile`` of the unchanged reference in each mode (CUDA only by default: on CPU it compiles C++ for a
    machine nobody benchmarks);
-3. that plan without each of its sites in turn (which substitutions cost more than they save), with each
-   overlapping alternative instead (``rms_norm`` for ``add_rms_norm``, single ropes for a pair), under the first
-   compile mode, and with each rung of each site in turn (so on a single-op problem every rung of the ladder is
-   timed);
+3. that plan under the first compile mode (Inductor fusing the glue between our ops), without each of its sites
+   in turn (which substitutions cost more than they save), with each overlapping alternative instead
+   (``rms_norm`` for ``add_rms_norm``, single ropes for a pair), and with each rung of each site in turn;
 
 and, as soon as results come in, the plan that takes for each site its best known option (keep, another rung,
 or drop); then mutations of the fittest verified plans: one site's variant changed, a site added (dropping those it
@@ -344,14 +343,14 @@ class BuiltinProposer:
                     *(_Plan({}, m) for m in self.compile_modes),
                     *([_Plan(combo.sites, self.compile_modes[0])] if self.compile_modes else [])]
         plans = [combo, *(_Plan({}, m) for m in self.compile_modes)]
+        if self.compile_modes:  # our sites with Inductor fusing the glue between them: on a fused sequence the
+            plans.append(_Plan(combo.sites, self.compile_modes[0]))  # likeliest winner after the two above
         if len(chosen) > 1:  # leave one out: finds the substitutions that cost more than they save
             plans += [_Plan({k: v for k, v in combo.sites.items() if k != s.key}) for s in chosen]
         # the alternatives: rms_norm for add_rms_norm, ...; vector_add for a lone add only where nothing else is
         # (mutations may still try it)
         others = [s for s in self.analysis.sites if s.key not in combo.sites and s.kind != "add"]
         plans += [self._with(combo, s, None) for s in others]
-        if self.compile_modes:
-            plans.append(_Plan(combo.sites, self.compile_modes[0]))
         depth = max(len(s.variants) for s in chosen)
         for i in range(1, depth):  # each rung of each site, in the context of all the others
             plans += [self._with(combo, s, s.variants[i]) for s in chosen if i < len(s.variants)]
