@@ -69,6 +69,23 @@ def test_add_rms_norm_every_rung(variant):
     close(y, ref_rms(h64, w, offset=True))
 
 
+@pytest.mark.parametrize("variant", ["naive", "fused", "split", None])
+def test_add_rms_norm_without_h(variant):
+    # keep_h=False: the same y, h never stored (the kernels' STORE_H off), and a clear error when a gradient is asked
+    x = torch.randn(4, 2, 300, dtype=torch.bfloat16)[:, 1]
+    r = torch.randn(4, 300, dtype=torch.bfloat16)
+    w = torch.randn(300, dtype=torch.bfloat16)
+    y, h = ops.add_rms_norm(x, r, w, variant=variant, keep_h=False)
+    assert h is None
+    y_kept, _ = ops.add_rms_norm(x, r, w, variant=variant)
+    assert torch.equal(y, y_kept)
+    close(y, ref_rms(x.double() + r.double(), w))
+    with pytest.raises(UsageError, match="keep_h=False"):
+        ops.add_rms_norm(x, r, w.clone().requires_grad_(), keep_h=False)
+    with pytest.raises(UsageError, match="keep_h"):
+        ops.add_rms_norm(x, r, w, keep_h="no")
+
+
 def test_default_variant_by_width():
     # the widths where the H200 sweep (run 7/8) changed the winner; see nc.FUSED_PREFERRED_COLS
     def pick(family, cols):
@@ -329,7 +346,7 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel):
     if kernel.startswith("fwd"):
         sig = dict(x_ptr=_BF16, res_ptr=_BF16, w_ptr=_BF16, b_ptr=_BF16, y_ptr=_BF16, h_ptr=_BF16, mean_ptr="*fp32",
                    rstd_ptr="*fp32", eps="fp32")
-        flags = dict(CENTER=True, RESIDUAL=True, OFFSET=True, SAVE_STATS=True, w_stride=1, b_stride=1)
+        flags = dict(CENTER=True, RESIDUAL=True, STORE_H=True, OFFSET=True, SAVE_STATS=True, w_stride=1, b_stride=1)
     else:
         sig = dict(x_ptr=_BF16, w_ptr=_BF16, dy_ptr=_BF16, dh_ptr=_BF16, mean_ptr="*fp32", rstd_ptr="*fp32",
                    dx_ptr=_BF16, dw_ptr="*fp32", db_ptr="*fp32")

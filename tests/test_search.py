@@ -92,6 +92,21 @@ def test_builtin_rewrites_problems_and_matches_reference(rel, found, used):
     assert not kernels.FALLBACKS, dict(kernels.FALLBACKS)
 
 
+def test_add_rms_norm_stores_the_sum_only_when_something_else_reads_it():
+    from kernelwright.search.builtin import _instance
+    from kernelwright.search.rewrite import graph_source, rewrite
+
+    def wrapper_call(rel):  # the kw_add_rms_norm line of the rewritten forward
+        bp = BuiltinProposer(str(PROBLEMS_DIR / rel), device="cpu")
+        site = next(s for s in bp.analysis.sites if s.kind == "add_rms_norm")
+        model = _instance(bp.problem)[0]
+        src = graph_source(rewrite(model, bp.problem.Model, {"sites": [[*site.key, None]]}))
+        return next(line for line in src.splitlines() if "= kw_add_rms_norm(" in line)
+
+    assert ", False, variant" in wrapper_call("level2/05_add_rms_norm_bf16.py")  # y alone: h never stored
+    assert ", False, variant" not in wrapper_call("level3/01_llama_block_bf16.py")  # h is the next residual
+
+
 def test_every_rung_of_a_single_op_problem_is_proposed_first():
     bp = BuiltinProposer(str(PROBLEMS_DIR / "level1/07_softmax_wide_bf16.py"), device="cpu")
     (site,) = bp.analysis.sites

@@ -157,16 +157,19 @@ def kw_layer_norm(x, normalized_shape, weight, bias, eps, *, variant=None):
                    "kw_layer_norm")
 
 
-def kw_add_rms_norm(a, b, normalized_shape, weight, eps, *, variant=None):
-    """``h = a + b; y = rms_norm(h)`` in one pass; returns ``(y, h)``."""
+def kw_add_rms_norm(a, b, normalized_shape, weight, eps, keep_h=True, *, variant=None):
+    """``h = a + b; y = rms_norm(h)`` in one pass; returns ``(y, h)``, or ``y`` alone with ``keep_h=False`` (h used
+    by nothing else: never stored)."""
     def run(v):
         if weight is None or not _floats(a, b) or a.shape != b.shape or not _last_dim_only(a, normalized_shape):
             raise UsageError("add_rms_norm: not two same-shape tensors into a weighted last-dim norm")
-        return tuple(kwops.add_rms_norm(a, b, weight, _eps(a, eps), variant=v))
+        y, h = kwops.add_rms_norm(a, b, weight, _eps(a, eps), variant=v, keep_h=keep_h)
+        return (y, h) if keep_h else y
 
     def fallback():
         h = a + b
-        return F.rms_norm(h, _shape(h, normalized_shape), weight, eps), h
+        y = F.rms_norm(h, _shape(h, normalized_shape), weight, eps)
+        return (y, h) if keep_h else y
 
     return attempt(run, variant, fallback, "kw_add_rms_norm")
 

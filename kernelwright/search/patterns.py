@@ -25,7 +25,8 @@ log_softmax    softmax        ``torch.log_softmax``, ``F.log_softmax``, ``x.log_
                               fused, online and split rungs)
 rms_norm       rms_norm       ``F.rms_norm``, ``nn.RMSNorm``, hand-written ``x * rsqrt(mean(x^2) + eps) [* w]``
 layer_norm     layer_norm     ``F.layer_norm``, ``nn.LayerNorm``
-add_rms_norm   add_rms_norm   ``a + b`` feeding an ``F.rms_norm`` / ``nn.RMSNorm`` (the sum may have other users)
+add_rms_norm   add_rms_norm   ``a + b`` feeding an ``F.rms_norm`` / ``nn.RMSNorm`` (the sum may have other users; with
+                              none, it is never stored)
 swiglu         swiglu         ``silu(g) * u`` (``F.silu``, ``nn.SiLU`` or ``g * sigmoid(g)``)
 rope           rope           ``x * cos + cat((-x2, x1), -1) * sin`` with ``x1, x2 = x.chunk(2, -1)``
 rope_pair      rope           two rope sites sharing cos and sin (q and k) in one launch
@@ -415,6 +416,27 @@ def _layer_norm(root, n):
     return None
 
 
+def _shape_queries_for(x: fx.Node, n: fx.Node) -> list[fx.Node] | None:
+    """When every use of ``x`` other than ``n`` only reads its shape for ``n`` (``x.shape[-1]``, ``x.size(-1)``):
+    those nodes; None when some other node reads x's values."""
+    found: list[fx.Node] = []
+    for u in x.users:
+        if u is n:
+            continue
+        shape = (u.op == "call_function" and u.target is getattr and u.args[1:] == ("shape",)) or \
+                (u.op == "call_method" and u.target == "size")
+        if not shape:
+            return None
+        found.append(u)
+        for g in u.users:  # x.shape[-1] -> n, or x.size(-1) -> n
+            if g is n:
+                continue
+            if not (g.op == "call_function" and g.target is operator.getitem and set(g.users) == {n}):
+                return None
+            found.append(g)
+    return found
+
+
 def _add_rms_norm(root, n):
     call = _rms_call(root, n)
     if call is None:
@@ -423,6 +445,10 @@ def _add_rms_norm(root, n):
     if not (_is_add(x) and all(isinstance(a, fx.Node) for a in x.args)):
         return None
     a, b = x.args
+    shape_nodes = _shape_queries_for(x, n)
+    if shape_nodes is not None:  # the sum feeds the norm alone (and its own shape to it): it need not be stored
+        return Site("add_rms_norm", n.name, (x, *shape_nodes, n), (n,), kernels.kw_add_rms_norm,
+                    (a, b, shape, w, eps, False), shape_of={"a": a, "b": b})
     return Site("add_rms_norm", n.name, (x, n), (n, x), kernels.kw_add_rms_norm, (a, b, shape, w, eps),
                 shape_of={"a": a, "b": b})
 

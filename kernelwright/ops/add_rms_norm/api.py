@@ -4,13 +4,15 @@ fake for torch.compile, an autograd formula calling ``kernelwright::add_rms_norm
 
 import torch
 
+from kernelwright.errors import UsageError
 from kernelwright.ops import _norm_common as nc
 from kernelwright.ops.add_rms_norm_bwd import api as _bwd  # noqa: F401  (registers the backward op)
 from kernelwright.ops.rms_norm_bwd import api as _rms_bwd  # noqa: F401  (when h's gradient is absent)
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
-                 offset: bool = False, *, variant: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 offset: bool = False, *, variant: str | None = None,
+                 keep_h: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The residual add of a decoder layer fused with the RMSNorm after it: ``h = x + residual``, returns
     ``(rms_norm(h, weight, eps, offset), h)``.
 
@@ -30,15 +32,28 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, 
     variant : str, optional
         A rung of the ``add_rms_norm`` family: ``"naive"``, ``"fused"`` (rows up to 32768 columns), ``"split"``;
         ``None`` takes the best for the device and width.
+    keep_h : bool
+        ``False``: h is formed and normalised but never stored (a quarter less memory traffic in a pre-norm whose
+        caller needs only y); then h is returned as ``None`` and nothing may require a gradient (the backward
+        pass reads h).
 
     Returns
     -------
     (y, h) : tuple of torch.Tensor
-        Both x's shape and dtype, contiguous.
+        Both x's shape and dtype, contiguous (h ``None`` with ``keep_h=False``).
     """
     nc.check_x("x", x)
     nc.check_like("residual", residual, x, tuple(x.shape), "x's shape")
     nc.check_like("weight", weight, x, (x.shape[-1],), "the last dim of x")
+    if not isinstance(keep_h, bool):
+        raise UsageError(f"keep_h: expected a bool, got {type(keep_h).__name__}")
+    if not keep_h:
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (x, residual, weight)):
+            raise UsageError("keep_h=False: an input requires a gradient, and the backward pass needs h; keep h "
+                             "or run under torch.no_grad()")
+        y = torch.ops.kernelwright.add_rms_norm_y(x, residual, weight, nc.check_eps(eps), nc.check_offset(offset),
+                                                  nc.check_variant(variant))
+        return y, None
     y, h, _ = torch.ops.kernelwright.add_rms_norm(x, residual, weight, nc.check_eps(eps), nc.check_offset(offset),
                                                   nc.check_variant(variant))
     return y, h
@@ -78,6 +93,22 @@ def _backward(ctx, dy, dh, _drstd):
 
 
 _add_rms_norm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("kernelwright::add_rms_norm_y", mutates_args=())
+def _add_rms_norm_y_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, offset: bool,
+                       variant: str | None) -> torch.Tensor:
+    """y alone: h = x + residual normalised in registers and never stored (no autograd: the backward reads h)."""
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel():
+        rung = nc.pick("add_rms_norm", variant, x, {"eps": eps, "offset": offset})
+        rung.load()(x, residual, weight, eps, offset, out=(y, None))
+    return y
+
+
+@_add_rms_norm_y_op.register_fake
+def _(x, residual, weight, eps, offset, variant):
+    return x.new_empty(x.shape)
 
 
 class AddRMSNormFunction(torch.autograd.Function):

@@ -77,7 +77,7 @@ def _chunk_stats(v, mask, n, CENTER: tl.constexpr):
 
 @triton.jit
 def _row_stats(x_ptr, res_ptr, h_ptr, x_off, res_off, h_off, n_cols, CENTER: tl.constexpr, RESIDUAL: tl.constexpr,
-               BLOCK: tl.constexpr):
+               STORE_H: tl.constexpr, BLOCK: tl.constexpr):
     """Statistics of one row streamed in BLOCK-column chunks: (K, mean, M2) in the scale 2^-K, merged chunk by
     chunk (the running scale only grows; what came before is rescaled exactly, by a power of two). With
     RESIDUAL the row is x + residual, and h = x + residual is stored on the way."""
@@ -90,7 +90,8 @@ def _row_stats(x_ptr, res_ptr, h_ptr, x_off, res_off, h_off, n_cols, CENTER: tl.
         v = tl.load(x_ptr + x_off + cols, mask=mask, other=0.0).to(tl.float32)
         if RESIDUAL:
             v += tl.load(res_ptr + res_off + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(h_ptr + h_off + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask)
+            if STORE_H:
+                tl.store(h_ptr + h_off + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask)
         n_b = tl.minimum(n_cols - start, BLOCK).to(tl.float32)
         k_b, mean_b, m2_b = _chunk_stats(v, mask, n_b, CENTER)
         new_k = tl.maximum(big_k, k_b)
@@ -119,7 +120,8 @@ def _rsqrt_scaled(m2, n_cols, eps, big_k):
 def _norm_fwd_fused_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
     n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
-    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, OFFSET: tl.constexpr, SAVE_STATS: tl.constexpr,
+    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
+    SAVE_STATS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -130,7 +132,9 @@ def _norm_fwd_fused_kernel(
     x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if RESIDUAL:
         x += tl.load(res_ptr + rows[:, None] * res_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        tl.store(h_ptr + rows[:, None] * h_stride + cols[None, :], to_output(x, h_ptr.dtype.element_ty), mask=mask)
+        if STORE_H:
+            tl.store(h_ptr + rows[:, None] * h_stride + cols[None, :], to_output(x, h_ptr.dtype.element_ty),
+                     mask=mask)
     w = tl.load(w_ptr + cols * w_stride, mask=cmask, other=0.0).to(tl.float32)
     if OFFSET:
         w += 1.0
@@ -155,13 +159,14 @@ def _norm_fwd_fused_kernel(
 def _norm_fwd_chunked_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
     n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
-    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, OFFSET: tl.constexpr, SAVE_STATS: tl.constexpr,
+    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
+    SAVE_STATS: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     # pass 1: statistics (and h = x + residual, stored on the way)
     big_k, mean, m2 = _row_stats(x_ptr, res_ptr, h_ptr, row * x_stride, row * res_stride, row * h_stride, n_cols,
-                                 CENTER, RESIDUAL, BLOCK)
+                                 CENTER, RESIDUAL, STORE_H, BLOCK)
     r = _rsqrt_scaled(m2, n_cols, eps, big_k)
     scale = exp2i(-big_k)
     # pass 2: read the row again (from L2 while it is still there), normalise, write
@@ -189,7 +194,8 @@ def _norm_fwd_chunked_kernel(
 def _norm_fwd_split_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, slot_ptr,
     n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
-    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, OFFSET: tl.constexpr, SAVE_STATS: tl.constexpr,
+    CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
+    SAVE_STATS: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ... (a persistent grid of groups x
@@ -225,7 +231,8 @@ def _norm_fwd_split_kernel(
         x_next = tl.load(x_ptr + nxt64 * x_stride + cols, mask=nmask, other=0.0)
         if RESIDUAL:
             r_next = tl.load(res_ptr + nxt64 * res_stride + cols, mask=nmask, other=0.0)
-            tl.store(h_ptr + row64 * h_stride + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask)
+            if STORE_H:
+                tl.store(h_ptr + row64 * h_stride + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask)
         k, mean, m2 = _chunk_stats(v, mask, n_mine, CENTER)
         if N_CHUNKS > 1:
             tag = (k + 256).to(tl.int64) << 32
@@ -293,7 +300,8 @@ def _naive_stats_kernel(src_ptr, mean_ptr, rstd_ptr, n_cols, src_stride, eps, CE
                         BLOCK: tl.constexpr):
     # one program per row: mean and rstd in fp32, like eager's var_mean/rsqrt kernels
     row = tl.program_id(0).to(tl.int64)
-    big_k, mean, m2 = _row_stats(src_ptr, src_ptr, src_ptr, row * src_stride, 0, 0, n_cols, CENTER, False, BLOCK)
+    big_k, mean, m2 = _row_stats(src_ptr, src_ptr, src_ptr, row * src_stride, 0, 0, n_cols, CENTER, False, False,
+                                 BLOCK)
     tl.store(rstd_ptr + row, _rsqrt_scaled(m2, n_cols, eps, big_k) * exp2i(-big_k))
     tl.store(mean_ptr + row, mean * exp2i(big_k))
 
@@ -393,7 +401,8 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
                  groups: int | None = None) -> None:
     """Run forward rung ``rung`` over the last dim of ``x`` into the contiguous ``y`` (and ``h`` with a residual).
 
-    ``bias`` given: layer norm; ``residual`` given: h = x + residual is normalised and stored in ``h``. ``stats``:
+    ``bias`` given: layer norm; ``residual`` given: h = x + residual is normalised and stored in ``h`` (``h=None``:
+    not stored, for a caller that needs only y). ``stats``:
     fp32 buffers of the row statistics to save, ``(mean, rstd)`` with a bias, ``(rstd,)`` without.
     ``split_chunk``, ``slots`` (pre-filled exchange words) and ``groups`` override the split rung's configuration
     (tests run its multi-chunk exchange under the interpreter with them).
@@ -406,10 +415,11 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
     x2 = rows2d(x)
     r2 = rows2d(residual) if has_res else x2
     y2 = y.view(-1, n_cols)
-    h2 = h.view(-1, n_cols) if has_res else y2
+    store_h = has_res and h is not None  # add_rms_norm without h: the sum is normalised, never stored
+    h2 = h.view(-1, n_cols) if store_h else y2
     b = bias if center else weight
     n_rows = x2.shape[0]
-    flags = dict(CENTER=center, RESIDUAL=has_res, OFFSET=bool(offset), SAVE_STATS=stats is not None)
+    flags = dict(CENTER=center, RESIDUAL=has_res, STORE_H=store_h, OFFSET=bool(offset), SAVE_STATS=stats is not None)
     dummy = rstd if rstd is not None else y2
     mean_t, rstd_t = (mean if mean is not None else dummy), (rstd if rstd is not None else dummy)
     tail = (n_rows, n_cols, x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), weight.stride(0), b.stride(0),
@@ -435,6 +445,8 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
         _norm_fwd_split_kernel[(groups * n_chunks,)](*args, **meta, num_warps=warps)
     elif rung == "naive":
+        if has_res and not store_h:  # the naive rung writes h as eager code would; a scratch h takes it
+            h2 = torch.empty_like(y2)
         _naive_forward(x2, r2 if has_res else None, weight, bias, eps, offset, y2, h2 if has_res else None, mean,
                        rstd)
     else:
