@@ -3,7 +3,8 @@
 # so that the set is done over several device calls: each call resumes from the search records committed under
 # $PREV (a results folder holding optimized/), searches the problems not done yet until its deadline, and packs
 # everything (records, best candidates, the archive, the log) into $OUT/optimized.tgz.
-#   KW_GIT_COMMIT=<sha> PREV=benchmarks/results/h200/<run> DEADLINE=440 bash benchmarks/h200/optimize.sh [tests]
+#   KW_GIT_COMMIT=<sha> PREV=benchmarks/results/h200/<run> DEADLINE=440 [REDO="level2/05_..."] \
+#     bash benchmarks/h200/optimize.sh [tests]
 # `tests` first runs the evaluator's GPU tests (tests/test_eval.py -m gpu: overhead, side streams, timer patches).
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
@@ -18,6 +19,9 @@ echo "commit $KW_GIT_COMMIT; budget $BUDGET, $PER_PROBLEM s per problem, deadlin
 mkdir -p "$KW_CACHE_DIR" /tmp/opt
 [ -f benchmarks/results/h200/tune.tgz ] && tar -xzf benchmarks/results/h200/tune.tgz -C "$KW_CACHE_DIR"
 if [ -n "${PREV:-}" ] && [ -f "$PREV/optimized.tgz" ]; then tar -xzf "$PREV/optimized.tgz" -C /tmp; fi
+# REDO="level1/20_decode_attention_fp16 level2/11_rope_gqa_attention_bf16": search these again (their records and
+# best candidates are dropped, so --resume does not skip them)
+for p in ${REDO:-}; do rm -f "/tmp/opt/$p.search.json" "/tmp/opt/$(dirname "$p")/candidates/$(basename "$p")".*; done
 [ -f /tmp/opt/tune.tgz ] && tar -xzf /tmp/opt/tune.tgz -C "$KW_CACHE_DIR"
 # a snapshot of the results every 30 s: a call cut short by its time limit still brings back what was done
 ( while sleep 30; do tar -czf "$OUT/optimized.part.tgz" -C /tmp opt 2>/dev/null && mv "$OUT/optimized.part.tgz" "$OUT/optimized.tgz"; done ) &
