@@ -107,6 +107,40 @@ def test_add_rms_norm_stores_the_sum_only_when_something_else_reads_it():
     assert ", False, variant" not in wrapper_call("level3/01_llama_block_bf16.py")  # h is the next residual
 
 
+def test_cublaslt_epilogue_is_offered_on_cuda_and_gives_way_elsewhere():
+    # planned for a CUDA run (the analysis needs no GPU): bias + ReLU / tanh-GELU without a residual
+    for rel, offered in [("level2/01_matmul_bias_relu_bf16.py", True), ("level2/02_matmul_bias_gelu_fp16.py", True),
+                         ("level2/13_out_proj_residual_bf16.py", False)]:
+        sites = {s.kind: s for s in analyze(str(PROBLEMS_DIR / rel), "cuda").sites}
+        assert (kernels.CUBLASLT in sites["linear_epilogue"].variants) == offered, rel
+    assert kernels.CUBLASLT not in analyze(str(PROBLEMS_DIR / "level2/01_matmul_bias_relu_bf16.py"),
+                                           "cpu").sites[-1].variants
+    bp = BuiltinProposer(str(PROBLEMS_DIR / "level2/01_matmul_bias_relu_bf16.py"), device="cuda",
+                         compile_modes=("default",))
+    labels = [bp.label(p) for p in bp.queue]  # one fused site: its variants before any compile
+    assert labels[:2] == ["linear_epilogue@relu=auto", "linear_epilogue@relu=cublaslt"], labels
+    assert labels.index("compile=default") > labels.index("linear_epilogue@relu=triton_tiled")
+    # on tensors it cannot take (here: CPU) the variant gives way to the family's choice, and says so
+    x, w, b = torch.randn(5, 16), torch.randn(8, 16), torch.randn(8)
+    kernels.FALLBACKS.clear()
+    y = kernels.kw_linear_epilogue(x, w, b, "gelu_tanh", variant=kernels.CUBLASLT)
+    want = torch.nn.functional.gelu(torch.nn.functional.linear(x.double(), w.double(), b.double()), approximate="tanh")
+    torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-4)
+    assert kernels.FALLBACKS[("kw_linear_epilogue", "auto")] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", ["relu", "gelu_tanh"])
+def test_gpu_cublaslt_epilogue_matches_float64(activation):
+    x, w, b = (torch.randn(*s, device="cuda", dtype=torch.float16) for s in ((3, 100, 256), (384, 256), (384,)))
+    kernels.FALLBACKS.clear()
+    y = kernels.kw_linear_epilogue(x, w, b, activation, variant=kernels.CUBLASLT)
+    z = torch.nn.functional.linear(x.double(), w.double(), b.double())
+    want = torch.relu(z) if activation == "relu" else torch.nn.functional.gelu(z, approximate="tanh")
+    assert not kernels.FALLBACKS and y.shape == (3, 100, 384)
+    torch.testing.assert_close(y.double(), want, rtol=2e-3, atol=2e-2)
+
+
 def test_every_rung_of_a_single_op_problem_is_proposed_first():
     bp = BuiltinProposer(str(PROBLEMS_DIR / "level1/07_softmax_wide_bf16.py"), device="cpu")
     (site,) = bp.analysis.sites

@@ -11,9 +11,10 @@ A *plan* picks some non-overlapping sites, a variant for each (``None``: the fam
 and optionally a ``torch.compile`` mode; :func:`candidate_source` turns it into a self-contained candidate file
 (see :mod:`kernelwright.search.rewrite`). :class:`BuiltinProposer` proposes, in order:
 
-1. every site at once, each with the family's choice (fusions preferred where sites overlap); where the problem
-   is one op (a single site), then each rung of its ladder, top first, before any ``torch.compile`` (a rung costs
-   seconds to judge, a compile tens of seconds, and the question on a single op is which rung is best);
+1. every site at once, each with the family's choice (fusions preferred where sites overlap); where that plan is
+   one site (a single op, or one fused op such as a linear with its epilogue), then each of its variants, top
+   first, and the overlapping alternatives, before any ``torch.compile`` (a rung costs seconds to judge, a compile
+   tens of seconds, and the question on a single op is which rung is best);
 2. ``torch.compile`` of the unchanged reference in each mode (CUDA only by default: on CPU it compiles C++ for a
    machine nobody benchmarks);
 3. that plan under the first compile mode (Inductor fusing the glue between our ops), without each of its sites
@@ -194,6 +195,12 @@ def _variants(site: patterns.Site, case, device: str) -> tuple[str | None, ...]:
             except Exception:  # a limit written for another size convention: let the evaluator judge
                 pass
         out.append(rung.name)
+    if site.kind == "linear_epilogue" and device == "cuda":  # the vendor's fused epilogue, where it applies
+        from kernelwright.search.kernels import CUBLASLT, CUBLASLT_ACTIVATIONS
+
+        _, _, bias, activation, residual = site.args
+        if bias is not None and residual is None and activation in CUBLASLT_ACTIVATIONS:
+            out.insert(1, CUBLASLT)
     return tuple(out)
 
 
@@ -337,9 +344,11 @@ class BuiltinProposer:
             return [_Plan({}, m) for m in self.compile_modes]
         combo = self.combo()
         chosen = [self.analysis.site(k) for k in combo.sites]
-        if len(chosen) == 1 and len(self.analysis.sites) == 1:  # a single op: its ladder is the question, and a
-            site = chosen[0]                                       # rung costs seconds where a compile costs tens
+        if len(chosen) == 1:  # one op (or one fused op) does it all: its ladder is the question, and a rung
+            site = chosen[0]  # costs seconds where a compile costs tens
+            others = [s for s in self.analysis.sites if s.key != site.key and s.kind != "add"]
             return [combo, *(self._with(combo, site, v) for v in site.variants[1:]),
+                    *(self._with(combo, s, None) for s in others),
                     *(_Plan({}, m) for m in self.compile_modes),
                     *([_Plan(combo.sites, self.compile_modes[0])] if self.compile_modes else [])]
         plans = [combo, *(_Plan({}, m) for m in self.compile_modes)]

@@ -80,10 +80,26 @@ def _torch_linear_epilogue(x, weight, bias, activation, residual):
     return y if residual is None else y + residual
 
 
+CUBLASLT = "cublaslt"
+"""The linear_epilogue site's variant outside the matmul ladder: cuBLASLt's fused bias + ReLU / tanh-GELU epilogue
+(``torch._addmm_activation``), the vendor's answer to the same fusion."""
+
+CUBLASLT_ACTIVATIONS = ("relu", "gelu_tanh")
+
+
 def kw_linear_epilogue(x, weight, bias=None, activation=None, residual=None, *, variant=None):
     """``act(F.linear(x, weight, bias)) + residual`` as one product with a fused epilogue (``activation`` and
-    ``residual`` may each be None); a residual that would broadcast rather than match the output runs torch."""
+    ``residual`` may each be None); a residual that would broadcast rather than match the output runs torch.
+    ``variant="cublaslt"``: cuBLASLt's bias + activation epilogue (CUDA, a bias, ReLU or tanh-GELU, no residual)."""
     def run(v):
+        if v == CUBLASLT:
+            if not (x.is_cuda and bias is not None and residual is None and activation in CUBLASLT_ACTIVATIONS
+                    and _floats(x, weight, bias) and weight.dim() == 2 and x.dim() >= 1):
+                raise UsageError(f"variant {CUBLASLT!r}: needs CUDA tensors, a bias, ReLU or tanh-GELU and no "
+                                 "residual")
+            y = torch._addmm_activation(bias, x.reshape(-1, x.shape[-1]), weight.t(),
+                                        use_gelu=activation == "gelu_tanh")
+            return y.reshape(*x.shape[:-1], weight.shape[0])
         if not _floats(x, weight) or weight.dim() != 2 or x.dim() < 1 or (bias is not None and not _floats(x, bias)):
             raise UsageError("linear: not a floating 2-D weight of x's dtype")
         shape = (*x.shape[:-1], weight.shape[0])
