@@ -5,7 +5,8 @@
 # everything (records, best candidates, the archive, the log) into $OUT/optimized.tgz.
 #   KW_GIT_COMMIT=<sha> PREV=benchmarks/results/h200/<run> DEADLINE=440 [REDO="level2/05_..."] \
 #     bash benchmarks/h200/optimize.sh [tests]
-# `tests` first runs the evaluator's GPU tests (tests/test_eval.py -m gpu: overhead, side streams, timer patches).
+# `tests` first runs the GPU tests of the evaluator, its timer gate and the search (overhead, side streams, timer
+# patches, the cublaslt epilogue) and the attention test at scores of ~1e12.
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_CACHE_DIR=/tmp/kwcache KW_ARCHIVE=/tmp/opt/archive.db
@@ -27,8 +28,11 @@ for p in ${REDO:-}; do rm -f "/tmp/opt/$p.search.json" "/tmp/opt/$(dirname "$p")
 ( while sleep 30; do tar -czf "$OUT/optimized.part.tgz" -C /tmp opt 2>/dev/null && mv "$OUT/optimized.part.tgz" "$OUT/optimized.tgz"; done ) &
 SNAP=$!
 if [ "${1:-}" = tests ]; then
-  s=$SECONDS; timeout 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_eval.py >> "$LOG" 2>&1
-  echo "pytest -m gpu tests/test_eval.py rc=$? in $((SECONDS - s))s"; grep -E "passed|failed" "$LOG" | tail -2
+  s=$SECONDS; timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_eval.py tests/test_gate.py \
+    tests/test_search.py >> "$LOG" 2>&1
+  echo "pytest -m gpu tests/test_{eval,gate,search}.py rc=$? in $((SECONDS - s))s"
+  s=$SECONDS; timeout 60 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_attention.py -k huge_scores >> "$LOG" 2>&1
+  echo "pytest tests/test_attention.py -k huge_scores rc=$? in $((SECONDS - s))s"; grep -E "^FAILED|passed|failed" "$LOG" | tail -6
 fi
 s=$SECONDS
 timeout -s INT $((DEADLINE + 60)) python3 -m kernelwright.cli optimize problems/level1 problems/level2 problems/level3 \
