@@ -4,7 +4,8 @@ The split rung's (columns a program, warps) at 16k-256k columns, forward and bac
 tile, warps) at 1024 columns; every config is checked against the float64 reference before it is timed. The
 config functions of the kernel modules are replaced for the duration of one measurement (no library change).
 GPU only:
-    KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py [--quick]   # JSON to $OUT/norm_configs.json
+    KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py [--quick] [--hints] [--only F,..] [--sizes RxC,..]
+(JSON to $OUT/norm_configs.json, rewritten after every config).
 """
 
 from __future__ import annotations
@@ -55,7 +56,14 @@ def fused_bwd(block_r, warps):
     return patched(bwd, "fused_bwd_config", lambda n_cols: (1 << (n_cols - 1).bit_length(), block_r, warps))
 
 
-def plans(quick: bool):
+@contextlib.contextmanager
+def hinted(module, ctx):
+    """``ctx`` with the module's split kernels given streaming hints (loads evict-first, stores ``.cs``)."""
+    with patched(module, "STREAM_HINTS", ("evict_first", ".cs")), ctx:
+        yield
+
+
+def plans(quick: bool, hints: bool):
     """(family, rung, size, config label, context factory) in the order of what they would move."""
     wide = [(4096, 65536), (1024, 262144)]
     split_grid = [(c, w) for c in (4096, 8192, 16384, 32768) for w in (4, 8, 16, 32) if 8 <= c // (32 * w) <= 64]
@@ -65,10 +73,16 @@ def plans(quick: bool):
         for size in wide + [(16384, 16384)]:
             for c, w in split_grid:
                 yield fam, "split", size, f"chunk {c} warps {w}", (lambda c=c, w=w: split_fwd(c, w))
+                if hints:
+                    yield (fam, "split", size, f"chunk {c} warps {w} +hints",
+                           (lambda c=c, w=w: hinted(fwd, split_fwd(c, w))))
     for fam in ("rms_norm_bwd", "layer_norm_bwd", "add_rms_norm_bwd"):
         for size in wide:
             for c, w in split_grid:
                 yield fam, "split", size, f"chunk {c} warps {w}", (lambda c=c, w=w: split_bwd(c, w))
+                if hints:
+                    yield (fam, "split", size, f"chunk {c} warps {w} +hints",
+                           (lambda c=c, w=w: hinted(bwd, split_bwd(c, w))))
     fused_grid = [(1, 1), (1, 2), (1, 4), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)]
     for fam in ("rms_norm", "layer_norm", "add_rms_norm"):
         for r, w in fused_grid:
@@ -81,6 +95,8 @@ def plans(quick: bool):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a few split configs only")
+    ap.add_argument("--hints", action="store_true", help="also time each split config with streaming cache hints")
+    ap.add_argument("--sizes", default="", help="comma-separated RxC sizes to run (default: all)")
     ap.add_argument("--max-seconds", type=float, default=0.25)
     ap.add_argument("--only", default="", help="comma-separated families to run (default: all)")
     args = ap.parse_args()
@@ -89,8 +105,9 @@ def main() -> None:
     only = {s for s in args.only.split(",") if s}
     rows, cases, t0 = [], {}, time.time()
     out_path = os.path.join(os.environ.get("OUT", "/tmp"), "norm_configs.json")
-    for fam_name, rung, size, label, ctx in plans(args.quick):
-        if only and fam_name not in only:
+    sizes = {tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s}
+    for fam_name, rung, size, label, ctx in plans(args.quick, args.hints):
+        if (only and fam_name not in only) or (sizes and size not in sizes):
             continue
         fam = get_family(fam_name)
         key = (fam_name, size)

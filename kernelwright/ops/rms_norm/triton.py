@@ -40,6 +40,9 @@ from kernelwright.ops._triton_helpers import to_output
 CHUNK = 8192  # columns per step of the chunked rung and the naive statistics kernel
 SPLIT_CHUNK, SPLIT_WARPS = 16384, 32  # columns and warps per program of the split rung: see split_config
 NAIVE_BLOCK = 1024  # columns per program in the naive rung's elementwise kernels (GPU)
+STREAM_HINTS = ("", "")
+"""(eviction policy of the split rung's loads of x and the residual, cache modifier of its stores of y and h): empty
+strings leave the compiler's defaults; ``benchmarks/experiments/norm_configs.py`` measures ("evict_first", ".cs")."""
 
 
 # --- helpers shared with the backward kernels ---------------------------------------------------------------------
@@ -119,7 +122,7 @@ def _rsqrt_scaled(m2, n_cols, eps, big_k):
 @triton.jit
 def _norm_fwd_fused_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
-    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
+    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, eps,
     CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
     SAVE_STATS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
@@ -135,7 +138,7 @@ def _norm_fwd_fused_kernel(
         if STORE_H:
             tl.store(h_ptr + rows[:, None] * h_stride + cols[None, :], to_output(x, h_ptr.dtype.element_ty),
                      mask=mask)
-    w = tl.load(w_ptr + cols * w_stride, mask=cmask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     if OFFSET:
         w += 1.0
     k = pow2_exponent(tl.max(tl.abs(x), 1))
@@ -146,7 +149,7 @@ def _norm_fwd_fused_kernel(
     r = _rsqrt_scaled(tl.sum(xs * xs, 1), n_cols, eps, k)
     y = xs * r[:, None] * w[None, :]
     if CENTER:
-        y += tl.load(b_ptr + cols * b_stride, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        y += tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_stride + cols[None, :], to_output(y, y_ptr.dtype.element_ty), mask=mask)
     if SAVE_STATS:
         tl.store(rstd_ptr + rows, r * exp2i(-k), mask=rmask)
@@ -158,7 +161,7 @@ def _norm_fwd_fused_kernel(
 @triton.jit
 def _norm_fwd_chunked_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr,
-    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
+    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, eps,
     CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
     SAVE_STATS: tl.constexpr,
     BLOCK: tl.constexpr,
@@ -176,12 +179,12 @@ def _norm_fwd_chunked_kernel(
         v = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
         if RESIDUAL:
             v += tl.load(res_ptr + row * res_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols * w_stride, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         if OFFSET:
             w += 1.0
         y = (v * scale - mean) * r * w
         if CENTER:
-            y += tl.load(b_ptr + cols * b_stride, mask=mask, other=0.0).to(tl.float32)
+            y += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)
     if SAVE_STATS:
         tl.store(rstd_ptr + row, r * scale)
@@ -193,10 +196,11 @@ def _norm_fwd_chunked_kernel(
 @triton.jit
 def _norm_fwd_split_kernel(
     x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, h_ptr, mean_ptr, rstd_ptr, slot_ptr,
-    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, w_stride, b_stride, eps,
+    n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, eps,
     CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
     SAVE_STATS: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
+    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "",
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ... (a persistent grid of groups x
     # N_CHUNKS programs, all resident at once). slot: [R, N_CHUNKS, WORDS] int64, -1 at launch. A chunk publishes
@@ -217,9 +221,9 @@ def _norm_fwd_split_kernel(
     # software pipelining by hand: the next row's chunk is in flight while this one is reduced and exchanged
     nmask = mask & (first < n_rows)
     first64 = first.to(tl.int64)
-    x_next = tl.load(x_ptr + first64 * x_stride + cols, mask=nmask, other=0.0)
+    x_next = tl.load(x_ptr + first64 * x_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
     if RESIDUAL:
-        r_next = tl.load(res_ptr + first64 * res_stride + cols, mask=nmask, other=0.0)
+        r_next = tl.load(res_ptr + first64 * res_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
     for row in range(first, n_rows, groups):
         row64 = tl.cast(row, tl.int64)
         v = x_next.to(tl.float32)
@@ -228,11 +232,12 @@ def _norm_fwd_split_kernel(
         nxt = row + groups
         nmask = mask & (nxt < n_rows)
         nxt64 = tl.cast(nxt, tl.int64)
-        x_next = tl.load(x_ptr + nxt64 * x_stride + cols, mask=nmask, other=0.0)
+        x_next = tl.load(x_ptr + nxt64 * x_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
         if RESIDUAL:
-            r_next = tl.load(res_ptr + nxt64 * res_stride + cols, mask=nmask, other=0.0)
+            r_next = tl.load(res_ptr + nxt64 * res_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
             if STORE_H:
-                tl.store(h_ptr + row64 * h_stride + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask)
+                tl.store(h_ptr + row64 * h_stride + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask,
+                         cache_modifier=STORE_CACHE)
         k, mean, m2 = _chunk_stats(v, mask, n_mine, CENTER)
         if N_CHUNKS > 1:
             tag = (k + 256).to(tl.int64) << 32
@@ -268,13 +273,14 @@ def _norm_fwd_split_kernel(
         scale = exp2i(-k)
         # the weight (and bias) chunk is loaded again for every row (an L1 hit after the first): held across rows
         # it would take a register per value that the row and the prefetched row need
-        w = tl.load(w_ptr + cols * w_stride, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         if OFFSET:
             w += 1.0
         y = (v * scale - mean) * r * w
         if CENTER:
-            y += tl.load(b_ptr + cols * b_stride, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)
+            y += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask,
+                 cache_modifier=STORE_CACHE)
         if SAVE_STATS:
             if chunk == 0:
                 tl.store(rstd_ptr + row64, r * scale)
@@ -412,6 +418,10 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
         return
     center, has_res = bias is not None, residual is not None
     mean, rstd = _unpack_stats(stats, center)
+    # the kernels index the weight and bias as contiguous vectors: Triton specialises a stride on divisibility by
+    # 16, not on being 1, so a runtime stride would turn their 128-bit loads into 16-bit ones (read in the SASS)
+    weight = weight.contiguous()
+    bias = bias.contiguous() if center else None
     x2 = rows2d(x)
     r2 = rows2d(residual) if has_res else x2
     y2 = y.view(-1, n_cols)
@@ -422,8 +432,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
     flags = dict(CENTER=center, RESIDUAL=has_res, STORE_H=store_h, OFFSET=bool(offset), SAVE_STATS=stats is not None)
     dummy = rstd if rstd is not None else y2
     mean_t, rstd_t = (mean if mean is not None else dummy), (rstd if rstd is not None else dummy)
-    tail = (n_rows, n_cols, x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), weight.stride(0), b.stride(0),
-            float(eps))
+    tail = (n_rows, n_cols, x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), float(eps))
     ptrs = (x2, r2, weight, b, y2, h2, mean_t, rstd_t)
     if rung == "fused":
         block_r, block = fused_tile(n_cols)
@@ -441,6 +450,10 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
             slots = torch.full((n_rows, n_chunks, words) if n_chunks > 1 else (1,), -1, dtype=torch.int64,
                                device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
+        if STREAM_HINTS[0]:
+            meta["EVICT"] = STREAM_HINTS[0]
+        if STREAM_HINTS[1]:
+            meta["STORE_CACHE"] = STREAM_HINTS[1]
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
         _norm_fwd_split_kernel[(groups * n_chunks,)](*args, **meta, num_warps=warps)

@@ -40,13 +40,16 @@ from kernelwright.ops.rms_norm.triton import naive_block, persistent_groups, spl
 FUSED_TILE = 4096  # values of x (and of dy) a fused program holds per step (rows narrower than this are tiled)
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung
 NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
+STREAM_HINTS = ("", "")
+"""(eviction policy of the split rung's loads of x, dy and dh, cache modifier of its stores of dx): empty strings
+leave the compiler's defaults; ``benchmarks/experiments/norm_configs.py`` measures ("evict_first", ".cs")."""
 
 
 # --- rung: fused ---------------------------------------------------------------------------------------------------
 @triton.jit
 def _norm_bwd_fused_kernel(
     x_ptr, w_ptr, dy_ptr, dh_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr,
-    n_rows, n_cols, x_stride, dy_stride, dh_stride, dx_stride, w_stride,
+    n_rows, n_cols, x_stride, dy_stride, dh_stride, dx_stride,
     CENTER: tl.constexpr, DH: tl.constexpr, OFFSET: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -54,7 +57,7 @@ def _norm_bwd_fused_kernel(
     n_progs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK)
     cmask = cols < n_cols
-    w = tl.load(w_ptr + cols * w_stride, mask=cmask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     if OFFSET:
         w += 1.0
     # [BLOCK_R, BLOCK] accumulators, summed over rows once after the loop: a per-tile sum over the rows would be a
@@ -110,9 +113,10 @@ def _norm_bwd_fused_kernel(
 @triton.jit
 def _norm_bwd_split_kernel(
     x_ptr, w_ptr, dy_ptr, dh_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, slot_ptr,
-    n_rows, n_cols, x_stride, dy_stride, dh_stride, dx_stride, w_stride,
+    n_rows, n_cols, x_stride, dy_stride, dh_stride, dx_stride,
     CENTER: tl.constexpr, DH: tl.constexpr, OFFSET: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
+    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "",
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ...; slot: [R, N_CHUNKS] int64, -1 at
     # launch. A chunk publishes (sum(g), sum(xhat * g)) over its columns as one 64-bit word (high half: fp32 bits
@@ -130,16 +134,16 @@ def _norm_bwd_split_kernel(
     db_acc = tl.zeros([CHUNK], tl.float32)
     nmask = mask & (group < n_rows)
     g64 = group.to(tl.int64)
-    x_next = tl.load(x_ptr + g64 * x_stride + cols, mask=nmask, other=0.0)
-    dy_next = tl.load(dy_ptr + g64 * dy_stride + cols, mask=nmask, other=0.0)
+    x_next = tl.load(x_ptr + g64 * x_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
+    dy_next = tl.load(dy_ptr + g64 * dy_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
     for row in range(group, n_rows, groups):
         row64 = tl.cast(row, tl.int64)
         x = x_next.to(tl.float32)
         dy = dy_next.to(tl.float32)
         nxt = tl.cast(row + groups, tl.int64)
         nmask = mask & (nxt < n_rows)
-        x_next = tl.load(x_ptr + nxt * x_stride + cols, mask=nmask, other=0.0)
-        dy_next = tl.load(dy_ptr + nxt * dy_stride + cols, mask=nmask, other=0.0)
+        x_next = tl.load(x_ptr + nxt * x_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
+        dy_next = tl.load(dy_ptr + nxt * dy_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
         rstd = tl.load(rstd_ptr + row64)
         if CENTER:
             xhat = tl.where(mask, (x - tl.load(mean_ptr + row64)) * rstd, 0.0)
@@ -147,7 +151,7 @@ def _norm_bwd_split_kernel(
             xhat = x * rstd
         # the weight chunk is loaded again for every row (an L1 hit after the first): held across rows it would
         # take registers that x, dy, their prefetch and the dweight accumulator need
-        w = tl.load(w_ptr + cols * w_stride, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         if OFFSET:
             w += 1.0
         g = dy * w
@@ -172,8 +176,9 @@ def _norm_bwd_split_kernel(
             dx -= s2 / n_cols
         dx = dx * rstd
         if DH:
-            dx += tl.load(dh_ptr + row64 * dh_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(dx_ptr + row64 * dx_stride + cols, to_output(dx, dx_ptr.dtype.element_ty), mask=mask)
+            dx += tl.load(dh_ptr + row64 * dh_stride + cols, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+        tl.store(dx_ptr + row64 * dx_stride + cols, to_output(dx, dx_ptr.dtype.element_ty), mask=mask,
+                 cache_modifier=STORE_CACHE)
         dw_acc += dy * xhat
         if CENTER:
             db_acc += dy
@@ -344,7 +349,8 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         _naive_backward(x2, weight, dy2, dh2, mean, rstd, dx2, dw, db, offset)
         return
     flags = dict(CENTER=center, DH=dh is not None, OFFSET=bool(offset))
-    tail = (n_rows, n_cols, x2.stride(0), dy2.stride(0), dh2.stride(0), dx2.stride(0), weight.stride(0))
+    weight = weight.contiguous()  # indexed as a contiguous vector (see norm_forward)
+    tail = (n_rows, n_cols, x2.stride(0), dy2.stride(0), dh2.stride(0), dx2.stride(0))
     if rung == "fused":
         block, block_r, warps = fused_bwd_config(n_cols)
         n_tiles = triton.cdiv(n_rows, block_r)
@@ -363,6 +369,10 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         if slots is None:
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
+        if STREAM_HINTS[0]:
+            meta["EVICT"] = STREAM_HINTS[0]
+        if STREAM_HINTS[1]:
+            meta["STORE_CACHE"] = STREAM_HINTS[1]
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, probe, probe, slots, *tail)

@@ -181,7 +181,7 @@ def softmax_online(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor, log: bo
 @triton.jit
 def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_stride,
                           N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
-                          LOG: tl.constexpr = False):
+                          LOG: tl.constexpr = False, EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = ""):
     # slot: [R, N_CHUNKS] int64, all -1 at launch; a chunk publishes (max, sum of exp(x - max)) packed into one
     # 64-bit word, so a single relaxed atomic carries its whole message: no counter, no release fence (which
     # would wait for this program's earlier stores of y to drain).
@@ -195,13 +195,13 @@ def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_st
     first = pid // N_CHUNKS
     # software pipelining by hand: the load of a program's next row is in flight while it waits for its partners
     x_next = tl.load(x_ptr + tl.cast(first, tl.int64) * x_stride + cols, mask=mask & (first < n_rows),
-                     other=float("-inf"))
+                     other=float("-inf"), eviction_policy=EVICT)
     for row in range(first, n_rows, groups):
         row64 = tl.cast(row, tl.int64)
         x = x_next.to(tl.float32)  # read once
         nxt = row + groups
         x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_stride + cols, mask=mask & (nxt < n_rows),
-                         other=float("-inf"))
+                         other=float("-inf"), eviction_policy=EVICT)
         m = tl.max(x, 0)  # every chunk holds at least one column (N_CHUNKS = cdiv(D, CHUNK)): m is finite
         e = tl.exp(x - m)
         s = tl.sum(e, 0)
@@ -228,10 +228,14 @@ def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_st
             y = (x - row_max) - log_sum
         else:
             y = e * scale
-        tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask,
+                 cache_modifier=STORE_CACHE)
 
 
 SPLIT_WARPS = 8
+STREAM_HINTS = ("", "")
+"""(eviction policy of the split rung's loads of x, cache modifier of its stores of y): empty strings leave the
+compiler's defaults; ``benchmarks/experiments/softmax_split_configs.py`` measures ("evict_first", ".cs")."""
 _split_resident: dict[tuple, int] = {}  # (device, dtypes, chunk, n_chunks) -> programs resident at once
 
 
@@ -276,10 +280,14 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
     meta = dict(N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
     if log:
         meta["LOG"] = True
+    if STREAM_HINTS[0]:
+        meta["EVICT"] = STREAM_HINTS[0]
+    if STREAM_HINTS[1]:
+        meta["STORE_CACHE"] = STREAM_HINTS[1]
     if runtime.interpreting():
         groups = R
     else:
-        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps, kernel, log)
+        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps, kernel, log, STREAM_HINTS)
         if key not in _split_resident:
             compiled = kernel.warmup(x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta, num_warps=warps,
                                      grid=(1,))
