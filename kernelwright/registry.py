@@ -20,7 +20,7 @@ from kernelwright.errors import Unavailable, UsageError
 FAMILY_MODULES = (
     "vector_add", "softmax", "matmul", "swiglu", "swiglu_bwd", "rope", "rope_bwd", "rms_norm", "rms_norm_bwd",
     "layer_norm", "layer_norm_bwd", "add_rms_norm", "add_rms_norm_bwd", "cross_entropy", "softmax_bwd",
-    "attention", "attention_bwd",
+    "attention", "attention_bwd", "activation",
 )
 NEEDS = ("nothing", "cuda", "hopper")
 

@@ -1,6 +1,7 @@
 """Public ops, one per family. Each validates its inputs, then runs the rung asked for (``variant=``) or the
 best rung for the device and shape. Kernels are compiled on first use."""
 
+from kernelwright.ops.activation.api import activation
 from kernelwright.ops.add_rms_norm.api import add_rms_norm
 from kernelwright.ops.attention.api import attention, attention_varlen
 from kernelwright.ops.cross_entropy.api import cross_entropy
@@ -13,4 +14,4 @@ from kernelwright.ops.swiglu.api import swiglu
 from kernelwright.ops.vector_add.api import vector_add
 
 __all__ = ["matmul", "softmax", "log_softmax", "vector_add", "swiglu", "rope", "cross_entropy",
-           "rms_norm", "layer_norm", "add_rms_norm", "attention", "attention_varlen"]
+           "rms_norm", "layer_norm", "add_rms_norm", "attention", "attention_varlen", "activation"]

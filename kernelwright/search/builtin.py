@@ -147,6 +147,8 @@ def _case(site: patterns.Site) -> tuple[tuple[int, ...], dict, torch.dtype] | st
         return None
     if k in ("softmax", "log_softmax"):
         return x[0], {"dim": site.args[1]}, x[1]
+    if k == "activation":
+        return x[0], {"kind": site.args[1]}, x[1]
     if k in ("rms_norm", "layer_norm"):
         eps = site.args[3] if k == "rms_norm" else site.args[4]
         kwargs = {"eps": eps or 1e-6, "offset": False} if k == "rms_norm" else {"eps": eps}

@@ -173,6 +173,7 @@ def _ops_text() -> str:
         "attention": "kernelwright.ops.attention(q [B,Hq,Sq,D], k [B,Hkv,Skv,D], v, *, causal=False, scale=None, "
                      "variant) (causal mask aligned bottom-right; GQA when Hq is a multiple of Hkv)",
         "vector_add": "kernelwright.ops.vector_add(x, y, *, variant)",
+        "activation": "kernelwright.ops.activation(x, kind, *, variant) (kind: 'silu', 'gelu', 'gelu_tanh', 'relu')",
     }
     lines = []
     for fam, sig in sigs.items():

@@ -33,6 +33,8 @@ rope_pair      rope           two rope sites sharing cos and sin (q and k) in on
 cross_entropy  cross_entropy  ``F.cross_entropy`` without class weights (absorbs a ``.float()`` of the logits)
 attention      attention      ``F.scaled_dot_product_attention`` without mask or dropout (if the family exists)
 add            vector_add     ``a + b`` of two tensors (kept only where the traced shapes are equal)
+activation     activation     a standalone relu, gelu (exact or tanh) or silu (functions, methods, modules; not
+                              in place): where no fusion above takes it
 ============== ============== ==================================================================================
 """
 
@@ -52,11 +54,11 @@ FAMILY = {"linear": "matmul", "linear_epilogue": "matmul", "matmul": "matmul", "
           "log_softmax": "softmax",
           "rms_norm": "rms_norm", "layer_norm": "layer_norm", "add_rms_norm": "add_rms_norm", "swiglu": "swiglu",
           "rope": "rope", "rope_pair": "rope", "cross_entropy": "cross_entropy", "attention": "attention",
-          "add": "vector_add"}
+          "add": "vector_add", "activation": "activation"}
 """site kind -> the kernelwright family whose rungs are its variants"""
 
 FUSED = ("add_rms_norm", "rope_pair", "swiglu", "cross_entropy", "attention", "linear_epilogue", "linear", "matmul",
-         "rms_norm", "layer_norm", "softmax", "log_softmax", "rope", "add")
+         "rms_norm", "layer_norm", "softmax", "log_softmax", "rope", "add", "activation")
 """kinds in order of preference when sites overlap (a fusion before its parts)"""
 
 
@@ -554,8 +556,15 @@ def _add(root, n):
     return None
 
 
+def _activation(root, n):
+    act = _activation_of(root, n)
+    if act is None or not isinstance(act[0], fx.Node):
+        return None
+    return Site("activation", n.name, (n,), (n,), kernels.kw_activation, act, shape_of={"x": act[0]})
+
+
 MATCHERS = (_linear, _linear_epilogue, _matmul, _softmax, _log_softmax, _rms_norm, _layer_norm, _add_rms_norm,
-            _swiglu, _rope, _cross_entropy, _attention, _add)
+            _swiglu, _rope, _cross_entropy, _attention, _add, _activation)
 
 
 def find_sites(root: nn.Module, graph: fx.Graph) -> list[Site]:
