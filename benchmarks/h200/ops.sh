@@ -6,6 +6,9 @@
 #                                                         # add_rms_norm, swiglu), cross-entropy memory, Llama
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwd   # backward sweeps, rope, cross_entropy, softmax_bwd
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh recheck  # GPU tests, fused vs split backward, CE memory
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh configs  # norm launch configs where issue 4 is missed (split
+#                                                            # at 64k/256k, fused at 1024, streaming hints), the
+#                                                            # softmax split with hints, the activation family
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -43,6 +46,14 @@ case "${1:-fwd}" in
     step 90 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
       --sizes 16384x1024,16384x4096,16384x8192 --variant fused --variant split --max-seconds 0.5
     step 60 python3 benchmarks/experiments/cross_entropy_memory.py --json "$OUT/cross_entropy_memory.json"
+    ;;
+  configs)
+    step 60 python3 -m pytest -q -p no:cacheprovider tests/test_norms.py tests/test_activation.py -k "gpu or sm90"
+    OUT="$OUT" step 300 python3 benchmarks/experiments/norm_configs.py --hints \
+      --only rms_norm,layer_norm,rms_norm_bwd,layer_norm_bwd --sizes 4096x65536,1024x262144,16384x1024
+    OUT="$OUT" step 90 python3 benchmarks/experiments/softmax_split_configs.py --hints --wide
+    step 60 python3 -m kernelwright.cli bench activation --dtypes bf16,fp16 --max-seconds 0.5
+    grep -A30 "^best per" "$LOG" | head -30; grep "^best " "$LOG"
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \
