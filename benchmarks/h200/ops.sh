@@ -48,12 +48,12 @@ case "${1:-fwd}" in
     step 60 python3 benchmarks/experiments/cross_entropy_memory.py --json "$OUT/cross_entropy_memory.json"
     ;;
   configs)
-    step 60 python3 -m pytest -q -p no:cacheprovider tests/test_norms.py tests/test_activation.py -k "gpu or sm90"
-    OUT="$OUT" step 300 python3 benchmarks/experiments/norm_configs.py --hints \
+    step 50 python3 -m pytest -q -p no:cacheprovider tests/test_norms.py tests/test_activation.py -k "gpu or sm90"
+    OUT="$OUT" step 260 python3 benchmarks/experiments/norm_configs.py --hints \
       --only rms_norm,layer_norm,rms_norm_bwd,layer_norm_bwd --sizes 4096x65536,1024x262144,16384x1024
-    OUT="$OUT" step 90 python3 benchmarks/experiments/softmax_split_configs.py --hints --wide
-    step 60 python3 -m kernelwright.cli check activation
-    step 60 python3 -m kernelwright.cli bench activation --dtypes bf16,fp16 --max-seconds 0.5
+    OUT="$OUT" step 80 python3 benchmarks/experiments/softmax_split_configs.py --hints --wide
+    step 45 python3 -m kernelwright.cli check activation
+    step 45 python3 -m kernelwright.cli bench activation --dtypes bf16,fp16 --max-seconds 0.5
     grep -A30 "^best per" "$LOG" | head -30; grep "^best " "$LOG"
     ;;
   bwd)
