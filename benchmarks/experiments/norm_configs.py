@@ -84,7 +84,7 @@ def plans(quick: bool, hints: bool):
                 if hints and (c, w) in hint_grid:
                     yield (fam, "split", size, f"chunk {c} warps {w} +hints",
                            (lambda c=c, w=w: hinted(bwd, split_bwd(c, w))))
-    fused_grid = [(1, 1), (1, 2), (1, 4), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16)]
+    fused_grid = [(1, 1), (1, 2), (1, 4), (2, 2), (2, 4), (4, 4), (8, 4), (4, 8), (8, 8), (8, 16), (16, 16)]
     for fam in ("rms_norm", "layer_norm", "add_rms_norm"):
         for r, w in fused_grid:
             yield fam, "fused", (16384, 1024), f"rows {r} warps {w}", (lambda r=r, w=w: fused_fwd(r, w))
