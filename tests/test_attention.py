@@ -173,7 +173,9 @@ def test_huge_scores_stay_finite(rung):
     ref_o, _ = attention_with_lse(q.double(), k.double(), v.double(), causal=True)
     eager = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     err, eager_err = (o.double() - ref_o).abs().max(), (eager.double() - ref_o).abs().max()
-    assert err <= 4 * eager_err + 1e-3 * ref_o.abs().max(), (float(err), float(eager_err))
+    # one bf16 ulp at the output's largest magnitude: the H200 (run 19) gave 32 at |o| up to 5792 (1 ulp there),
+    # where eager SDPA happened to be exact (0); 1e-3 of the magnitude, asked before, is under half an ulp
+    assert err <= 4 * eager_err + 2**-7 * ref_o.abs().max(), (float(err), float(eager_err))
 
 
 # --- varlen --------------------------------------------------------------------------------------------------------

@@ -335,8 +335,9 @@ def test_split_backward_exchange_with_several_chunks(kind, groups):
 _BF16 = "*bf16"
 
 
-@pytest.mark.parametrize("kernel", ["fwd_fused", "fwd_split", "bwd_fused", "bwd_split"])
-def test_kernels_compile_for_sm90_without_spilling_much(kernel):
+@pytest.mark.parametrize("kernel", ["fwd_fused", "fwd_fused_narrow", "fwd_split", "fwd_split_wide", "bwd_fused",
+                                    "bwd_fused_narrow", "bwd_split", "bwd_split_wide"])
+def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     from kernelwright.harness.inspect import compile_triton, disassemble, read_cubin
     from kernelwright.ops.rms_norm import triton as fwd
     from kernelwright.ops.rms_norm_bwd import triton as bwd
@@ -351,17 +352,21 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel):
         sig = dict(x_ptr=_BF16, w_ptr=_BF16, dy_ptr=_BF16, dh_ptr=_BF16, mean_ptr="*fp32", rstd_ptr="*fp32",
                    dx_ptr=_BF16, dw_ptr="*fp32", db_ptr="*fp32")
         flags = dict(CENTER=True, DH=True, OFFSET=True)
-    if kernel == "fwd_fused":
-        rows, block = fwd.fused_tile(4096)
-        fn, cx, warps = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block), fwd.warps_for(rows * block)
-    elif kernel == "bwd_fused":
-        block, rows, warps = bwd.fused_bwd_config(4096)
+    if kernel.startswith("fwd_fused"):
+        rows, block, warps = fwd.fused_tile(1024 if kernel.endswith("narrow") else 4096)
+        fn, cx = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block)
+    elif kernel.startswith("bwd_fused"):
+        block, rows, warps = bwd.fused_bwd_config(1024 if kernel.endswith("narrow") else 4096, dh=True)
         fn, cx = bwd._norm_bwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block, PREFETCH=True)
-    else:
-        mod = fwd if kernel == "fwd_split" else bwd
-        fn = fwd._norm_fwd_split_kernel if kernel == "fwd_split" else bwd._norm_bwd_split_kernel
-        n = 262144 // mod.SPLIT_CHUNK
-        cx, warps = dict(N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=mod.SPLIT_CHUNK, EVICT="", STORE_CACHE=""), mod.SPLIT_WARPS
+    else:  # the configurations at 16384 columns (one chunk) and at 262144 (the wide one, with its cache hints)
+        mod = fwd if kernel.startswith("fwd") else bwd
+        fn = fwd._norm_fwd_split_kernel if kernel.startswith("fwd") else bwd._norm_bwd_split_kernel
+        width = 262144 if kernel.endswith("wide") else 16384
+        with monkeypatch.context() as m:  # the GPU's configuration, not the interpreter's one chunk a row
+            m.setattr("kernelwright.runtime.interpreting", lambda: False)
+            chunk, warps, hints = mod.split_config(width)
+        n = width // chunk
+        cx = dict(N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=chunk, EVICT=hints[0], STORE_CACHE=hints[1])
         sig["slot_ptr"] = "*i64"
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16

@@ -37,30 +37,24 @@ def patched(module, name, value):
         setattr(module, name, old)
 
 
-def split_fwd(chunk, warps):
-    return patched(fwd, "split_config", lambda n_cols, *a, **k: (min(chunk, 1 << (n_cols - 1).bit_length()), warps))
+def _pow2(n):
+    return 1 << (n - 1).bit_length()
 
 
-def split_bwd(chunk, warps):
-    return patched(bwd, "split_config", lambda n_cols, *a, **k: (min(chunk, 1 << (n_cols - 1).bit_length()), warps))
+def split_fwd(chunk, warps, hints=fwd.NO_HINTS):
+    return patched(fwd, "split_config", lambda n_cols, residual=False: (min(chunk, _pow2(n_cols)), warps, hints))
 
 
-@contextlib.contextmanager
+def split_bwd(chunk, warps, hints=fwd.NO_HINTS):
+    return patched(bwd, "split_config", lambda n_cols: (min(chunk, _pow2(n_cols)), warps, hints))
+
+
 def fused_fwd(block_r, warps):
-    with patched(fwd, "fused_tile", lambda n_cols: (block_r, 1 << (n_cols - 1).bit_length())), \
-            patched(fwd, "warps_for", lambda elements: warps):
-        yield
+    return patched(fwd, "fused_tile", lambda n_cols: (block_r, _pow2(n_cols), warps))
 
 
 def fused_bwd(block_r, warps):
-    return patched(bwd, "fused_bwd_config", lambda n_cols: (1 << (n_cols - 1).bit_length(), block_r, warps))
-
-
-@contextlib.contextmanager
-def hinted(module, ctx):
-    """``ctx`` with the module's split kernels given streaming hints (loads evict-first, stores ``.cs``)."""
-    with patched(module, "STREAM_HINTS", ("evict_first", ".cs")), ctx:
-        yield
+    return patched(bwd, "fused_bwd_config", lambda n_cols, dh=False: (_pow2(n_cols), block_r, warps))
 
 
 def plans(quick: bool, hints: bool):
@@ -76,14 +70,14 @@ def plans(quick: bool, hints: bool):
                 yield fam, "split", size, f"chunk {c} warps {w}", (lambda c=c, w=w: split_fwd(c, w))
                 if hints and (c, w) in hint_grid:
                     yield (fam, "split", size, f"chunk {c} warps {w} +hints",
-                           (lambda c=c, w=w: hinted(fwd, split_fwd(c, w))))
+                           (lambda c=c, w=w: split_fwd(c, w, fwd.STREAM)))
     for fam in ("rms_norm_bwd", "layer_norm_bwd", "add_rms_norm_bwd"):
         for size in wide:
             for c, w in split_grid:
                 yield fam, "split", size, f"chunk {c} warps {w}", (lambda c=c, w=w: split_bwd(c, w))
                 if hints and (c, w) in hint_grid:
                     yield (fam, "split", size, f"chunk {c} warps {w} +hints",
-                           (lambda c=c, w=w: hinted(bwd, split_bwd(c, w))))
+                           (lambda c=c, w=w: split_bwd(c, w, fwd.STREAM)))
     fused_grid = [(1, 1), (1, 2), (1, 4), (2, 2), (2, 4), (4, 4), (8, 4), (4, 8), (8, 8), (8, 16), (16, 16)]
     for fam in ("rms_norm", "layer_norm", "add_rms_norm"):
         for r, w in fused_grid:

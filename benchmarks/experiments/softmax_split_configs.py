@@ -1,7 +1,7 @@
 """Experiment: columns per program (CHUNK) and warps for the split softmax rung, on the issue's four bf16 shapes.
 
 Checks each config against the float64 reference before timing it. ``--hints`` also times every config with
-streaming cache hints (loads of x evict-first, stores of y ``.cs``; ``triton.STREAM_HINTS``); ``--wide`` keeps
+streaming cache hints (loads of x evict-first, stores of y ``.cs``; ``_split(hints=)``); ``--wide`` keeps
 the 64k- and 256k-column shapes only. GPU only:
     KW_DEVICE=cuda python benchmarks/experiments/softmax_split_configs.py [--hints] [--wide]  # $OUT/split_configs.json
 """
@@ -38,15 +38,15 @@ for size in fam.sweep("cuda"):
     for chunk, warps, hints in [(c, w, h) for c in (4096, 8192, 16384, 32768) for w in (4, 8, 16) for h in hint_sets]:
         if chunk // (32 * warps) < 4 or chunk // (32 * warps) > 64:
             continue
-        sm.STREAM_HINTS = hints
         out = poisoned_like(size, torch.bfloat16, "cuda")
         try:
-            sm._split(x2, out, chunk=chunk, num_warps=warps)
+            sm._split(x2, out, chunk=chunk, num_warps=warps, hints=hints)
         except Exception as e:  # noqa: BLE001 - record and go on
             rows.append({"size": size, "chunk": chunk, "warps": warps, "hints": list(hints), "error": str(e)[:200]})
             continue
         ok = compare(out, ref, fam.tolerances[torch.bfloat16]).ok
-        t = time_fn(lambda c=chunk, w=warps, o=out, x=x2: sm._split(x, o, chunk=c, num_warps=w)) if ok else None
+        t = time_fn(lambda c=chunk, w=warps, o=out, x=x2, h=hints: sm._split(x, o, chunk=c, num_warps=w, hints=h)) \
+            if ok else None
         key = [k for k in sm._split_resident if k[3] == min(chunk, size[1]) and k[5] == warps]
         rows.append({"size": size, "chunk": chunk, "warps": warps, "hints": list(hints), "ok": ok,
                      "resident": sm._split_resident.get(key[-1]) if key else None,

@@ -8,8 +8,11 @@ call and the end event behind it, and only then sets the flag. Everything timed 
 starts on it, however long the host took to queue it.
 
 Unlike nvbench's one-thread kernel, the gate takes every block slot of every SM (one program polls the host flag
-and passes the release on through device memory; the others poll that). Work the timed call queues on *another*
-stream cannot run under the gate either, so it cannot finish before the start event and vanish from the sample.
+and passes the release on through device memory; the others poll that), meant to keep work the timed call queues
+on *another* stream from running under the gate. That is not guaranteed: on the H200 a one-block kernel queued on
+a side stream right after the gate still ran under it (runs 15 and 19), presumably dispatched before the gate's
+blocks had filled every SM. The evaluator does not rely on it: it synchronises the whole device before the end
+of timing and checks each timed call's outputs (``tests/test_eval.py``'s side-stream test).
 
 The spin is bounded (``max_spins`` reads of the flag, a few hundred milliseconds): a timed call that waits on
 the GPU itself (``.item()``, ``synchronize()``) would otherwise wait on a gate that only it could open. A gate

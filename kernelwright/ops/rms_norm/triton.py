@@ -38,11 +38,15 @@ from kernelwright.ops._norm_common import rows2d
 from kernelwright.ops._triton_helpers import to_output
 
 CHUNK = 8192  # columns per step of the chunked rung and the naive statistics kernel
-SPLIT_CHUNK, SPLIT_WARPS = 16384, 32  # columns and warps per program of the split rung: see split_config
+SPLIT_CHUNK, SPLIT_WARPS = 16384, 32  # the split rung up to 16384 columns (one chunk): see split_config
+WIDE_CHUNK, WIDE_WARPS = 8192, 4  # the split rung beyond 16384 columns
+WIDE_RES_CHUNK, WIDE_RES_WARPS = 16384, 8  # the same with a residual (add_rms_norm: twice the loads a column)
+FUSED_NARROW_TILE, FUSED_NARROW_WARPS = 2048, 4  # the fused rung's tile of rows of <= 1024 columns: see fused_tile
 NAIVE_BLOCK = 1024  # columns per program in the naive rung's elementwise kernels (GPU)
-STREAM_HINTS = ("", "")
-"""(eviction policy of the split rung's loads of x and the residual, cache modifier of its stores of y and h): empty
-strings leave the compiler's defaults; ``benchmarks/experiments/norm_configs.py`` measures ("evict_first", ".cs")."""
+NO_HINTS, STREAM = ("", ""), ("evict_first", ".cs")
+"""cache hints of a split rung: (eviction policy of its loads of the rows, cache modifier of its stores); empty
+strings leave the compiler's defaults. ``STREAM``: the rows are read once and written once, so neither should
+displace what is reused (the weight, the exchange words)."""
 
 
 # --- helpers shared with the backward kernels ---------------------------------------------------------------------
@@ -345,11 +349,20 @@ def warps_for(elements: int) -> int:
     return 4 if elements <= 1024 else 8 if elements <= 4096 else 16 if elements <= 8192 else 32
 
 
-def fused_tile(n_cols: int) -> tuple[int, int]:
-    """(rows per program, columns block) of the fused kernels: narrow rows are grouped into ~4096-value tiles, so a
-    program moves enough bytes to hide its reductions."""
+def fused_tile(n_cols: int) -> tuple[int, int, int]:
+    """(rows per program, columns block, warps) of the fused forward kernel: narrow rows are grouped into tiles so
+    a program moves enough bytes to hide its reductions.
+
+    Rows of <= 1024 columns: 2048-value tiles over 4 warps. The H200 sweep of 2026-12-03 (run 20/22,
+    ``benchmarks/experiments/norm_configs.py``, bf16 16384x1024) put 2 rows x 4 warps at 3.13 / 2.96 / 3.66 TB/s
+    (rms / layer / add_rms) against 3.06 / 2.63 / 3.50 for the 4096-value tile over 8 warps used before; tiles of
+    1-8 rows over 1-8 warps were within 2-5% of it, one run each. Wider rows: ~4096-value tiles, warps by size.
+    """
     block = triton.next_power_of_2(n_cols)
-    return max(1, min(16, 4096 // block)), block
+    if block <= 1024:
+        return max(1, min(16, FUSED_NARROW_TILE // block)), block, FUSED_NARROW_WARPS
+    block_r = max(1, min(16, 4096 // block))
+    return block_r, block, warps_for(block_r * block)
 
 
 def naive_block(n_cols: int) -> int:
@@ -358,18 +371,23 @@ def naive_block(n_cols: int) -> int:
     return min(triton.next_power_of_2(n_cols), 65536 if runtime.interpreting() else NAIVE_BLOCK)
 
 
-def split_config(n_cols: int, chunk: int = SPLIT_CHUNK, warps: int = SPLIT_WARPS) -> tuple[int, int]:
-    """(columns per program, warps) of a split rung; one chunk a row under the interpreter.
+def split_config(n_cols: int, residual: bool = False) -> tuple[int, int, tuple[str, str]]:
+    """(columns per program, warps, cache hints) of the forward split rung; one chunk a row under the interpreter.
 
-    Chosen from register counts of the sm_90 cubins (``kw inspect``-style compiles, no GPU measurement yet): at
-    16384 columns x 32 warps the forward kernel holds its chunk, the prefetched next one and the exchange in 64
-    registers a thread without spilling, for 64 KB of loads in flight per SM; 8192 x 8 (the softmax split rung's
-    choice) needs 200-250 registers here, the weight chunk adding one register a value. To be swept on the GPU.
+    Up to 16384 columns: the whole row in one 32-warp program (no exchange; 3.83 / 3.59 TB/s for rms / layer at
+    16384 columns in run 7). Wider: 8192-column chunks over 4 warps with streaming hints, from the H200 sweep of
+    2026-12-03 (runs 20 and 22, bf16): rms 3.57 / 3.23 TB/s at 65536 / 262144 columns (16384 x 32 warps, used
+    before: 2.79 / 2.12), layer 2.68 / 2.22 (2.11 / 0.92). Small programs (~240 registers a thread, 4 warps) let
+    several rows' chunks per SM wait on their exchanges while others load; 32-warp programs fit one an SM and wait
+    in lock step. With a residual (add_rms_norm: x and the residual loaded, h and y stored) 16384 x 8 with hints
+    took 262144 columns to 3.61 (8192 x 4: 3.49; 16384 x 32: 3.07), and 16384 x 8 was 3.77 at 65536 (3.62).
     """
     if runtime.interpreting():
-        return triton.next_power_of_2(n_cols), 4
-    chunk = min(chunk, triton.next_power_of_2(n_cols))
-    return chunk, min(warps, warps_for(chunk))
+        return triton.next_power_of_2(n_cols), 4, NO_HINTS
+    if n_cols > SPLIT_CHUNK:
+        return (WIDE_RES_CHUNK, WIDE_RES_WARPS, STREAM) if residual else (WIDE_CHUNK, WIDE_WARPS, STREAM)
+    chunk = min(SPLIT_CHUNK, triton.next_power_of_2(n_cols))
+    return chunk, min(SPLIT_WARPS, warps_for(chunk)), NO_HINTS
 
 
 _resident: dict[tuple, int] = {}
@@ -435,25 +453,22 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
     tail = (n_rows, n_cols, x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), float(eps))
     ptrs = (x2, r2, weight, b, y2, h2, mean_t, rstd_t)
     if rung == "fused":
-        block_r, block = fused_tile(n_cols)
+        block_r, block, warps = fused_tile(n_cols)
         _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
-            *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, num_warps=warps_for(block_r * block))
+            *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, num_warps=warps)
     elif rung == "chunked":
         block = min(CHUNK, triton.next_power_of_2(n_cols))
         _norm_fwd_chunked_kernel[(n_rows,)](*ptrs, *tail, **flags, BLOCK=block, num_warps=warps_for(block))
     elif rung == "split":
-        chunk, warps = split_config(n_cols)
+        chunk, warps, hints = split_config(n_cols, has_res)
         chunk = split_chunk or chunk
         n_chunks = triton.cdiv(n_cols, chunk)
         words = 2 if center else 1
         if slots is None:
             slots = torch.full((n_rows, n_chunks, words) if n_chunks > 1 else (1,), -1, dtype=torch.int64,
                                device=x.device)
-        meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
-        if STREAM_HINTS[0]:
-            meta["EVICT"] = STREAM_HINTS[0]
-        if STREAM_HINTS[1]:
-            meta["STORE_CACHE"] = STREAM_HINTS[1]
+        meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
+                    EVICT=hints[0], STORE_CACHE=hints[1])
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
         _norm_fwd_split_kernel[(groups * n_chunks,)](*args, **meta, num_warps=warps)

@@ -35,14 +35,12 @@ import triton.language as tl
 from kernelwright import runtime
 from kernelwright.ops._norm_common import rows2d
 from kernelwright.ops._triton_helpers import to_output
-from kernelwright.ops.rms_norm.triton import naive_block, persistent_groups, split_config, warps_for
+from kernelwright.ops.rms_norm.triton import NO_HINTS, STREAM, naive_block, persistent_groups, warps_for
 
 FUSED_TILE = 4096  # values of x (and of dy) a fused program holds per step (rows narrower than this are tiled)
-SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung
+SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
+WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
 NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
-STREAM_HINTS = ("", "")
-"""(eviction policy of the split rung's loads of x, dy and dh, cache modifier of its stores of dx): empty strings
-leave the compiler's defaults; ``benchmarks/experiments/norm_configs.py`` measures ("evict_first", ".cs")."""
 
 
 # --- rung: fused ---------------------------------------------------------------------------------------------------
@@ -311,13 +309,37 @@ def _naive_backward(x2, w, dy2, dh2, mean, rstd, dx2, dw, db, offset) -> None:
 
 
 # --- launcher ------------------------------------------------------------------------------------------------------
-def fused_bwd_config(n_cols: int) -> tuple[int, int, int]:
+def split_config(n_cols: int) -> tuple[int, int, tuple[str, str]]:
+    """(columns per program, warps, cache hints) of the backward split rung; one chunk a row under the interpreter.
+
+    Up to 16384 columns: 8192-column chunks over 32 warps (run 8: 3.28-3.70 TB/s for rms at 4096-16384). Wider:
+    8192 x 8 warps with streaming hints (loads of x, dy, dh evict-first, stores of dx ``.cs``), from the H200 sweep
+    of 2026-12-03 (runs 20 and 22, bf16): rms 2.53 / 2.11 TB/s at 65536 / 262144 columns (2.32 / 0.87 with
+    8192 x 32), layer 2.19 / 1.98 (1.67 / 0.88), add_rms 2.83 / 2.39 (2.66 / 1.06). 4096 x 4-8 was within 5-8%
+    at 65536 columns and slower at 262144.
+    """
+    if runtime.interpreting():
+        return triton.next_power_of_2(n_cols), 4, NO_HINTS
+    if n_cols > 16384:
+        return WIDE_CHUNK, WIDE_WARPS, STREAM
+    chunk = min(SPLIT_CHUNK, triton.next_power_of_2(n_cols))
+    return chunk, min(SPLIT_WARPS, warps_for(chunk)), NO_HINTS
+
+
+def fused_bwd_config(n_cols: int, dh: bool = False) -> tuple[int, int, int]:
     """(columns block, rows per tile, warps) of the fused backward. Narrow rows are grouped into tiles of
     :data:`FUSED_TILE` values over 16 warps: x, dy, their prefetched successors, w and the [rows, columns] dweight
     (and dbias) accumulators take 88-112 registers a thread at 8 values a thread (sm_90 cubins, ``kw inspect``
     style compile); the same tile over 32 warps is capped at 64 registers and spills (24-252 bytes of local memory
-    a thread). Rows wider than a tile take one row a program, 32 warps."""
+    a thread). Rows wider than a tile take one row a program, 32 warps.
+
+    Rows of <= 1024 columns, from the H200 sweep of 2026-12-03 (runs 20 and 22, bf16 16384x1024, one run each):
+    4096-value tiles over 4 warps for rms / layer norm (2.09 / 1.55 TB/s; 1.66 / 1.32 over 8 warps), 8192-value
+    tiles over 8 warps with ``dh`` (add_rms_norm, which also reads the residual's gradient: 2.47 against 2.13)."""
     block = triton.next_power_of_2(n_cols)
+    if block <= 1024:
+        tile, warps = (8192, 8) if dh else (4096, 4)
+        return block, max(1, min(16, tile // block)), warps
     block_r = max(1, min(16, FUSED_TILE // block))
     tile = block_r * block
     return block, block_r, 32 if tile > FUSED_TILE else 16 if tile == FUSED_TILE else warps_for(tile)
@@ -352,7 +374,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
     weight = weight.contiguous()  # indexed as a contiguous vector (see norm_forward)
     tail = (n_rows, n_cols, x2.stride(0), dy2.stride(0), dh2.stride(0), dx2.stride(0))
     if rung == "fused":
-        block, block_r, warps = fused_bwd_config(n_cols)
+        block, block_r, warps = fused_bwd_config(n_cols, dh is not None)
         n_tiles = triton.cdiv(n_rows, block_r)
         pw = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         meta = dict(**flags, PREFETCH=True, BLOCK_R=block_r, BLOCK=block)
@@ -363,16 +385,13 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         _norm_bwd_fused_kernel[(n_progs,)](x2, weight, dy2, dh2, mean, rstd, dx2, pw, pb, *tail, **meta,
                                            num_warps=warps)
     elif rung == "split":
-        chunk, warps = split_config(n_cols, SPLIT_CHUNK, SPLIT_WARPS)
+        chunk, warps, hints = split_config(n_cols)
         chunk = split_chunk or chunk
         n_chunks = triton.cdiv(n_cols, chunk)
         if slots is None:
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
-        meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
-        if STREAM_HINTS[0]:
-            meta["EVICT"] = STREAM_HINTS[0]
-        if STREAM_HINTS[1]:
-            meta["STORE_CACHE"] = STREAM_HINTS[1]
+        meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
+                    EVICT=hints[0], STORE_CACHE=hints[1])
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, probe, probe, slots, *tail)

@@ -233,9 +233,8 @@ def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_st
 
 
 SPLIT_WARPS = 8
-STREAM_HINTS = ("", "")
-"""(eviction policy of the split rung's loads of x, cache modifier of its stores of y): empty strings leave the
-compiler's defaults; ``benchmarks/experiments/softmax_split_configs.py`` measures ("evict_first", ".cs")."""
+NO_HINTS, STREAM = ("", ""), ("evict_first", ".cs")
+"""cache hints of the split rung: (eviction policy of its loads of x, cache modifier of its stores of y)"""
 _split_resident: dict[tuple, int] = {}  # (device, dtypes, chunk, n_chunks) -> programs resident at once
 
 
@@ -252,22 +251,26 @@ def _resident_programs(device_index: int, n_regs: int, shared: int, num_warps: i
     return per_sm * props.multi_processor_count
 
 
-def _split_config(n_cols: int) -> tuple[int, int]:
-    """(columns per program, warps), from the H200 sweeps of 2026-12-02 (benchmarks/results/h200/*/split_configs*):
-    16384 x 8 won at 64k columns, 8192 x 4 at 256k; 8192 x 8 is within 1% of the best below 64k."""
+def _split_config(n_cols: int) -> tuple[int, int, tuple[str, str]]:
+    """(columns per program, warps, cache hints), from the H200 sweeps of 2026-12-02 and 2026-12-03
+    (benchmarks/results/h200/*/split_configs*): 16384 x 8 won at 64k columns (3.58 TB/s; 3.51 with streaming
+    hints), 8192 x 4 at 256k, where streaming hints (x loaded evict-first, y stored ``.cs``) took it from 3.36 to
+    3.44 TB/s in run 20; 8192 x 8 is within 1% of the best below 64k."""
     if n_cols >= 131072:
-        return SPLIT_CHUNK, 4
+        return SPLIT_CHUNK, 4, STREAM
     if n_cols >= 65536:
-        return 2 * SPLIT_CHUNK, SPLIT_WARPS
-    return SPLIT_CHUNK, SPLIT_WARPS
+        return 2 * SPLIT_CHUNK, SPLIT_WARPS, NO_HINTS
+    return SPLIT_CHUNK, SPLIT_WARPS, NO_HINTS
 
 
 def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_warps: int | None = None,
-           kernel=None, log: bool = False) -> None:
-    """Launch the split kernel (``kernel``: another with the same signature, for experiments)."""
+           kernel=None, log: bool = False, hints: tuple[str, str] | None = None) -> None:
+    """Launch the split kernel (``kernel``: another with the same signature, for experiments; ``chunk``,
+    ``num_warps`` and ``hints`` override the configuration)."""
     kernel = kernel or _softmax_split_kernel
     R, D = x2.shape
-    default_chunk, default_warps = _split_config(D)
+    default_chunk, default_warps, default_hints = _split_config(D)
+    hints = default_hints if hints is None else hints
     warps = num_warps or default_warps
     chunk = chunk or default_chunk
     if runtime.interpreting():
@@ -280,14 +283,14 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
     meta = dict(N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk)
     if log:
         meta["LOG"] = True
-    if STREAM_HINTS[0]:
-        meta["EVICT"] = STREAM_HINTS[0]
-    if STREAM_HINTS[1]:
-        meta["STORE_CACHE"] = STREAM_HINTS[1]
+    if hints[0]:
+        meta["EVICT"] = hints[0]
+    if hints[1]:
+        meta["STORE_CACHE"] = hints[1]
     if runtime.interpreting():
         groups = R
     else:
-        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps, kernel, log, STREAM_HINTS)
+        key = (x2.device.index or 0, x2.dtype, y2.dtype, chunk, n_chunks, warps, kernel, log, hints)
         if key not in _split_resident:
             compiled = kernel.warmup(x2, y2, slots, R, D, x2.stride(0), y2.stride(0), **meta, num_warps=warps,
                                      grid=(1,))
