@@ -30,7 +30,8 @@ RUNGS = (
     ),
     Rung(
         "split", "triton", f"{_T}:rms_norm_split",
-        "Any width at one read and one write: a row is cut into 16384-column chunks, one 32-warp program each, "
+        "Any width at one read and one write: a row is cut into chunks (16384 columns over 32 warps up to 16k "
+        "columns; beyond, 8192 over 4 warps with streaming cache hints, from the H200 sweep of run 20), "
         "held in registers; the programs of a row exchange (scale exponent, sum of squares) as one 64-bit word "
         "through a relaxed atomic and wait for each other; the persistent grid is sized by occupancy so every "
         "partner is resident, and each program loads its next row before waiting. Predicted: >= 85% of the copy "

@@ -27,7 +27,8 @@ RUNGS = (
     ),
     Rung(
         "split", "triton", f"{_T}:rms_norm_bwd_split",
-        "Wide rows: 8192-column chunks (32 warps) over cooperating programs that exchange their chunk's "
+        "Wide rows: 8192-column chunks (32 warps; 8 warps with streaming hints beyond 16k columns, from the "
+        "H200 sweep of run 20) over cooperating programs that exchange their chunk's "
         "sum(xhat * w * dy) (one 64-bit word, relaxed atomic) and wait for each other; each chunk's program "
         "keeps the dweight partials of its columns over its rows. One read of x and dy, one write of dx at any "
         "width. Predicted: >= 3.0 TB/s at 64k and 256k columns.",
