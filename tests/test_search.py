@@ -117,8 +117,9 @@ def test_cublaslt_epilogue_is_offered_on_cuda_and_gives_way_elsewhere():
                                            "cpu").sites[-1].variants
     bp = BuiltinProposer(str(PROBLEMS_DIR / "level2/01_matmul_bias_relu_bf16.py"), device="cuda",
                          compile_modes=("default",))
-    labels = [bp.label(p) for p in bp.queue]  # one fused site: its variants before any compile
-    assert labels[:2] == ["linear_epilogue@relu=auto", "linear_epilogue@relu=cublaslt"], labels
+    labels = [bp.label(p) for p in bp.queue]  # one fused site: its variants before any compile, cuBLASLt's first
+    assert labels[:2] == ["linear_epilogue@relu=cublaslt", "linear_epilogue@relu=auto"], labels
+    assert labels.count("linear_epilogue@relu=cublaslt") == 1
     assert labels.index("compile=default") > labels.index("linear_epilogue@relu=triton_tiled")
     # on tensors it cannot take (here: CPU) the variant gives way to the family's choice, and says so
     x, w, b = torch.randn(5, 16), torch.randn(8, 16), torch.randn(8)

@@ -14,7 +14,8 @@ and optionally a ``torch.compile`` mode; :func:`candidate_source` turns it into 
 1. every site at once, each with the family's choice (fusions preferred where sites overlap); where that plan is
    one site (a single op, or one fused op such as a linear with its epilogue), then each of its variants, top
    first, and the overlapping alternatives, before any ``torch.compile`` (a rung costs seconds to judge, a compile
-   tens of seconds, and the question on a single op is which rung is best);
+   tens of seconds, and the question on a single op is which rung is best); a linear epilogue that cuBLASLt can
+   fuse tries that variant first (nothing to compile or tune);
 2. ``torch.compile`` of the unchanged reference in each mode (CUDA only by default: on CPU it compiles C++ for a
    machine nobody benchmarks);
 3. that plan under the first compile mode (Inductor fusing the glue between our ops), without each of its sites
@@ -349,6 +350,14 @@ class BuiltinProposer:
         if len(chosen) == 1:  # one op (or one fused op) does it all: its ladder is the question, and a rung
             site = chosen[0]  # costs seconds where a compile costs tens
             others = [s for s in self.analysis.sites if s.key != site.key and s.kind != "add"]
+            from kernelwright.search.kernels import CUBLASLT
+
+            if CUBLASLT in site.variants:  # no kernel to compile or tune: judged in seconds where the Triton
+                first = self._with(combo, site, CUBLASLT)  # epilogue's first call tunes (run 19: l2/02's 30 s
+                return [first, combo, *(self._with(combo, site, v) for v in site.variants[1:] if v != CUBLASLT),
+                        *(self._with(combo, s, None) for s in others),  # box held that one candidate)
+                        *(_Plan({}, m) for m in self.compile_modes),
+                        *([_Plan(combo.sites, self.compile_modes[0])] if self.compile_modes else [])]
             return [combo, *(self._with(combo, site, v) for v in site.variants[1:]),
                     *(self._with(combo, s, None) for s in others),
                     *(_Plan({}, m) for m in self.compile_modes),
