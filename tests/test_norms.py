@@ -366,7 +366,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
             m.setattr("kernelwright.runtime.interpreting", lambda: False)
             chunk, warps, hints = mod.split_config(width)
         n = width // chunk
-        cx = dict(N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=chunk, EVICT=hints[0], STORE_CACHE=hints[1])
+        cx = dict(N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=chunk, EVICT=hints[0], STORE_CACHE=hints[1],
+                  W_EVICT=fwd.WEIGHT_EVICT)
         sig["slot_ptr"] = "*i64"
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16

@@ -5,6 +5,7 @@ tile, warps) at 1024 columns; every config is checked against the float64 refere
 config functions of the kernel modules are replaced for the duration of one measurement (no library change).
 GPU only:
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py [--quick] [--hints] [--only F,..] [--sizes RxC,..]
+    KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --library   # the defaults, +-1 change each
 (JSON to $OUT/norm_configs.json, rewritten after every config).
 """
 
@@ -57,6 +58,18 @@ def fused_bwd(block_r, warps):
     return patched(bwd, "fused_bwd_config", lambda n_cols, dh=False: (_pow2(n_cols), block_r, warps))
 
 
+def library_plans():
+    """The library's own configurations (nothing patched) next to one change each: the split rungs' weight reloads
+    ``evict_last`` (``WEIGHT_EVICT``), the fused backward without its next-tile prefetch (``FUSED_PREFETCH``)."""
+    for fam in ("rms_norm", "layer_norm", "add_rms_norm", "rms_norm_bwd", "layer_norm_bwd", "add_rms_norm_bwd"):
+        for size in [(4096, 65536), (1024, 262144)]:
+            yield fam, "split", size, "library", contextlib.nullcontext
+            yield fam, "split", size, "library +w evict_last", lambda: patched(fwd, "WEIGHT_EVICT", "evict_last")
+        yield fam, "fused", (16384, 1024), "library", contextlib.nullcontext
+        if fam.endswith("_bwd"):
+            yield fam, "fused", (16384, 1024), "library no prefetch", lambda: patched(bwd, "FUSED_PREFETCH", False)
+
+
 def plans(quick: bool, hints: bool):
     """(family, rung, size, config label, context factory) in the order of what they would move."""
     wide = [(4096, 65536), (1024, 262144)]
@@ -92,6 +105,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a few split configs only")
     ap.add_argument("--hints", action="store_true", help="also time four split configs with streaming cache hints")
     ap.add_argument("--sizes", default="", help="comma-separated RxC sizes to run (default: all)")
+    ap.add_argument("--library", action="store_true",
+                    help="the library's own configurations, and each with its weight reloads evict_last / the fused "
+                         "backward without prefetch, instead of the sweep")
     ap.add_argument("--max-seconds", type=float, default=0.25)
     ap.add_argument("--only", default="", help="comma-separated families to run (default: all)")
     args = ap.parse_args()
@@ -101,7 +117,7 @@ def main() -> None:
     rows, cases, t0 = [], {}, time.time()
     out_path = os.path.join(os.environ.get("OUT", "/tmp"), "norm_configs.json")
     sizes = {tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s}
-    for fam_name, rung, size, label, ctx in plans(args.quick, args.hints):
+    for fam_name, rung, size, label, ctx in (library_plans() if args.library else plans(args.quick, args.hints)):
         if (only and fam_name not in only) or (sizes and size not in sizes):
             continue
         fam = get_family(fam_name)

@@ -43,6 +43,9 @@ WIDE_CHUNK, WIDE_WARPS = 8192, 4  # the split rung beyond 16384 columns
 WIDE_RES_CHUNK, WIDE_RES_WARPS = 16384, 8  # the same with a residual (add_rms_norm: twice the loads a column)
 FUSED_NARROW_TILE, FUSED_NARROW_WARPS = 2048, 4  # the fused rung's tile of rows of <= 1024 columns: see fused_tile
 NAIVE_BLOCK = 1024  # columns per program in the naive rung's elementwise kernels (GPU)
+WEIGHT_EVICT = ""
+"""eviction policy of the split rungs' per-row reloads of the weight (and bias) chunk: "" (the compiler's
+default) until measured; ``benchmarks/experiments/norm_configs.py --weight-evict`` times "evict_last"."""
 NO_HINTS, STREAM = ("", ""), ("evict_first", ".cs")
 """cache hints of a split rung: (eviction policy of its loads of the rows, cache modifier of its stores); empty
 strings leave the compiler's defaults. ``STREAM``: the rows are read once and written once, so neither should
@@ -204,7 +207,7 @@ def _norm_fwd_split_kernel(
     CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
     SAVE_STATS: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
-    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "",
+    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "", W_EVICT: tl.constexpr = "",
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ... (a persistent grid of groups x
     # N_CHUNKS programs, all resident at once). slot: [R, N_CHUNKS, WORDS] int64, -1 at launch. A chunk publishes
@@ -277,12 +280,12 @@ def _norm_fwd_split_kernel(
         scale = exp2i(-k)
         # the weight (and bias) chunk is loaded again for every row (an L1 hit after the first): held across rows
         # it would take a register per value that the row and the prefetched row need
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
         if OFFSET:
             w += 1.0
         y = (v * scale - mean) * r * w
         if CENTER:
-            y += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            y += tl.load(b_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
         tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask,
                  cache_modifier=STORE_CACHE)
         if SAVE_STATS:
@@ -468,7 +471,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
             slots = torch.full((n_rows, n_chunks, words) if n_chunks > 1 else (1,), -1, dtype=torch.int64,
                                device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
-                    EVICT=hints[0], STORE_CACHE=hints[1])
+                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT)
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
         _norm_fwd_split_kernel[(groups * n_chunks,)](*args, **meta, num_warps=warps)

@@ -35,9 +35,11 @@ import triton.language as tl
 from kernelwright import runtime
 from kernelwright.ops._norm_common import rows2d
 from kernelwright.ops._triton_helpers import to_output
+from kernelwright.ops.rms_norm import triton as _fwd
 from kernelwright.ops.rms_norm.triton import NO_HINTS, STREAM, naive_block, persistent_groups, warps_for
 
 FUSED_TILE = 4096  # values of x (and of dy) a fused program holds per step (rows narrower than this are tiled)
+FUSED_PREFETCH = True  # the fused rung loads its next tile while it reduces this one (norm_configs.py --no-prefetch)
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
 WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
 NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
@@ -114,7 +116,7 @@ def _norm_bwd_split_kernel(
     n_rows, n_cols, x_stride, dy_stride, dh_stride, dx_stride,
     CENTER: tl.constexpr, DH: tl.constexpr, OFFSET: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
-    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "",
+    EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "", W_EVICT: tl.constexpr = "",
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ...; slot: [R, N_CHUNKS] int64, -1 at
     # launch. A chunk publishes (sum(g), sum(xhat * g)) over its columns as one 64-bit word (high half: fp32 bits
@@ -149,7 +151,7 @@ def _norm_bwd_split_kernel(
             xhat = x * rstd
         # the weight chunk is loaded again for every row (an L1 hit after the first): held across rows it would
         # take registers that x, dy, their prefetch and the dweight accumulator need
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
         if OFFSET:
             w += 1.0
         g = dy * w
@@ -377,7 +379,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         block, block_r, warps = fused_bwd_config(n_cols, dh is not None)
         n_tiles = triton.cdiv(n_rows, block_r)
         pw = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
-        meta = dict(**flags, PREFETCH=True, BLOCK_R=block_r, BLOCK=block)
+        meta = dict(**flags, PREFETCH=FUSED_PREFETCH, BLOCK_R=block_r, BLOCK=block)
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, pw, pw, *tail)
         n_progs = persistent_groups(_norm_bwd_fused_kernel, args, meta, warps, 1, n_tiles, x.device)
         pw = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
@@ -391,7 +393,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         if slots is None:
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
-                    EVICT=hints[0], STORE_CACHE=hints[1])
+                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT)
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, probe, probe, slots, *tail)
