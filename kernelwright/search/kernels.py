@@ -226,17 +226,16 @@ def kw_rope_pair(q, k, cos, sin, *, variant=None):
     return attempt(run, variant, lambda: (_rotate_torch(q, cos, sin), _rotate_torch(k, cos, sin)), "kw_rope_pair")
 
 
-_ACTIVATIONS = {"relu": F.relu, "silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
-
-
 def kw_activation(x, kind, *, variant=None):
     """A standalone relu / silu / gelu / tanh-gelu of one tensor."""
+    from kernelwright.ops.matmul.api import apply_activation
+
     def run(v):
         if not _floats(x):
             raise UsageError("activation: not a floating-point tensor")
         return kwops.activation(x, kind, variant=v)
 
-    return attempt(run, variant, lambda: _ACTIVATIONS[kind](x), "kw_activation")
+    return attempt(run, variant, lambda: apply_activation(x, kind), "kw_activation")
 
 
 def kw_add(a, b, *, variant=None):

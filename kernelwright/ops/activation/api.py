@@ -26,11 +26,11 @@ def activation_forward(x: torch.Tensor, kind: str, variant: str | None = None,
 
 
 def _torch_grad(x: torch.Tensor, kind: str, dy: torch.Tensor) -> torch.Tensor:
-    from kernelwright.ops.activation.spec import _EAGER
+    from kernelwright.ops.matmul.api import apply_activation
 
     with torch.enable_grad():
         xr = x.detach().requires_grad_()
-        (dx,) = torch.autograd.grad(_EAGER[kind](xr), xr, dy)
+        (dx,) = torch.autograd.grad(apply_activation(xr, kind), xr, dy)
     return dx
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from kernelwright.harness.inputs import random_values, with_layout
 from kernelwright.harness.sizes import format_dims, parse_dims
 from kernelwright.ops import _peers
 from kernelwright.ops.activation.reference import activation
+from kernelwright.ops.matmul.api import apply_activation
 from kernelwright.ops.swiglu.spec import TOLERANCES
 from kernelwright.registry import Case, Family, Rung
 
@@ -64,11 +64,8 @@ def sweep(device: str) -> list[tuple[int, ...]]:
     return [(64, 1024), (16, 8192)]
 
 
-_EAGER = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
-
-
 def _torch_activation(x, kind="silu"):
-    return _EAGER[kind](x)
+    return apply_activation(x, kind)
 
 
 FAMILY = Family(
