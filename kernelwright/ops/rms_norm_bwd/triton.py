@@ -39,7 +39,7 @@ from kernelwright.ops.rms_norm import triton as _fwd
 from kernelwright.ops.rms_norm.triton import NO_HINTS, STREAM, naive_block, persistent_groups, warps_for
 
 FUSED_TILE = 4096  # values of x (and of dy) a fused program holds per step (rows narrower than this are tiled)
-FUSED_PREFETCH = True  # the fused rung loads its next tile while it reduces this one (norm_configs.py --no-prefetch)
+FUSED_PREFETCH = True  # the fused rung loads its next tile while it reduces this one (norm_configs.py --library)
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
 WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
 NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
