@@ -270,10 +270,13 @@ def _forward_words(v: torch.Tensor, chunk: int, center: bool) -> torch.Tensor:
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
-@pytest.mark.parametrize("groups", [1, 2, 3])
+@pytest.mark.parametrize("groups,hold", [(1, False), (2, False), (3, False), (2, True)])
 @pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
-def test_split_forward_exchange_with_several_chunks(kind, groups):
+def test_split_forward_exchange_with_several_chunks(kind, groups, hold, monkeypatch):
+    from kernelwright.ops.rms_norm import triton as fwd
     from kernelwright.ops.rms_norm.triton import norm_forward
+
+    monkeypatch.setattr(fwd, "WEIGHT_HOLD", hold)  # the weight (and bias) held across rows, or reloaded every row
 
     rows, cols, chunk = 3, 300, 64
     x, w, b = torch.randn(rows, cols) * 3, torch.randn(cols), torch.randn(cols)
@@ -298,10 +301,13 @@ def test_split_forward_exchange_with_several_chunks(kind, groups):
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
-@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("groups,hold", [(1, False), (2, False), (2, True)])
 @pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
-def test_split_backward_exchange_with_several_chunks(kind, groups):
+def test_split_backward_exchange_with_several_chunks(kind, groups, hold, monkeypatch):
+    from kernelwright.ops.rms_norm import triton as fwd
     from kernelwright.ops.rms_norm_bwd.triton import norm_backward
+
+    monkeypatch.setattr(fwd, "WEIGHT_HOLD", hold)
 
     rows, cols, chunk = 3, 200, 64
     x, w, dy = torch.randn(rows, cols), torch.randn(cols), torch.randn(rows, cols)
@@ -367,7 +373,7 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
             chunk, warps, hints = mod.split_config(width)
         n = width // chunk
         cx = dict(N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=chunk, EVICT=hints[0], STORE_CACHE=hints[1],
-                  W_EVICT=fwd.WEIGHT_EVICT)
+                  W_EVICT=fwd.WEIGHT_EVICT, W_HOLD=fwd.WEIGHT_HOLD)
         sig["slot_ptr"] = "*i64"
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16

@@ -59,12 +59,20 @@ def fused_bwd(block_r, warps):
 
 
 def library_plans():
-    """The library's own configurations (nothing patched) next to one change each: the split rungs' weight reloads
-    ``evict_last`` (``WEIGHT_EVICT``), the fused backward without its next-tile prefetch (``FUSED_PREFETCH``)."""
+    """The library's own configurations (nothing patched) next to one change each at the wide shapes: the weight
+    (and bias) held in registers across rows (``WEIGHT_HOLD``), and register caps (``SPLIT_MAXNREG``) that let
+    one more program sit on each SM (sm_90 counts at 8192 x 4 warps, forward: rms 150 registers, 3 programs an SM;
+    layer 193, 2; backward at 8192 x 8: 223 / 245, one an SM). At 1024 columns the fused rungs, and the fused
+    backward without its next-tile prefetch (``FUSED_PREFETCH``)."""
     for fam in ("rms_norm", "layer_norm", "add_rms_norm", "rms_norm_bwd", "layer_norm_bwd", "add_rms_norm_bwd"):
+        mod = bwd if fam.endswith("_bwd") else fwd
+        caps = (128, 168) if fam == "layer_norm" else (128,)
         for size in [(4096, 65536), (1024, 262144)]:
             yield fam, "split", size, "library", contextlib.nullcontext
-            yield fam, "split", size, "library +w evict_last", lambda: patched(fwd, "WEIGHT_EVICT", "evict_last")
+            yield fam, "split", size, "library +w held", lambda: patched(fwd, "WEIGHT_HOLD", True)
+            for cap in caps:
+                yield fam, "split", size, f"library maxnreg {cap}", lambda mod=mod, cap=cap: patched(
+                    mod, "SPLIT_MAXNREG", cap)
         yield fam, "fused", (16384, 1024), "library", contextlib.nullcontext
         if fam.endswith("_bwd"):
             yield fam, "fused", (16384, 1024), "library no prefetch", lambda: patched(bwd, "FUSED_PREFETCH", False)
@@ -106,8 +114,8 @@ def main() -> None:
     ap.add_argument("--hints", action="store_true", help="also time four split configs with streaming cache hints")
     ap.add_argument("--sizes", default="", help="comma-separated RxC sizes to run (default: all)")
     ap.add_argument("--library", action="store_true",
-                    help="the library's own configurations, and each with its weight reloads evict_last / the fused "
-                         "backward without prefetch, instead of the sweep")
+                    help="the library's own configurations next to one change each (library_plans), instead of "
+                         "the sweep")
     ap.add_argument("--max-seconds", type=float, default=0.25)
     ap.add_argument("--only", default="", help="comma-separated families to run (default: all)")
     args = ap.parse_args()

@@ -9,8 +9,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh configs  # norm launch configs where issue 4 is missed (split
 #                                                            # at 64k/256k, fused at 1024, streaming hints), the
 #                                                            # softmax split with hints, the activation family
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next     # after session 6's config change: GPU tests, the
-#                                                            # defaults +-1 change each, kw bench where it moved
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next     # GPU tests, the split rungs' switches next to the
+#                                                            # defaults, kw bench of the defaults
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -59,10 +59,15 @@ case "${1:-fwd}" in
     grep -A30 "^best per" "$LOG" | head -30; grep "^best " "$LOG"
     ;;
   next)
-    step 150 python3 -m pytest -q -p no:cacheprovider tests/test_norms.py tests/test_activation.py \
-      tests/test_softmax_split.py -k "gpu or sm90"
-    OUT="$OUT" step 120 python3 benchmarks/experiments/norm_configs.py --library
-    step 270 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm rms_norm_bwd layer_norm_bwd \
+    # session 7: GPU tests; the norm split rungs' switches (weight held, register caps) next to the defaults; the
+    # softmax split rung's register cap at 256k; then kw bench of the defaults at 1024 / 64k / 256k columns
+    step 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_norms.py tests/test_activation.py \
+      tests/test_softmax_split.py
+    OUT="$OUT" step 170 python3 benchmarks/experiments/norm_configs.py --library
+    KW_DB="$OUT/switches.db" step 40 python3 benchmarks/experiments/switch_bench.py \
+      kernelwright.ops.softmax.triton.SPLIT_MAXNREG=96 -- bench softmax --dtypes bf16 --sizes 1024x262144 \
+      --variant split --max-seconds 0.5
+    step 220 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm rms_norm_bwd layer_norm_bwd \
       add_rms_norm_bwd softmax --dtypes bf16 --sizes 16384x1024,4096x65536,1024x262144 --max-seconds 0.5
     grep -A40 "^best per" "$LOG" | head -40
     ;;

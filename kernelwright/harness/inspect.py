@@ -639,7 +639,7 @@ def _undo_interpreter_leak(tl) -> None:
 
 def compile_triton(fn, signature: dict[str, str], constexprs: dict[str, object], *, num_warps: int = 4,
                    num_stages: int = 3, arch: int = 90, grid: tuple = (),
-                   aligned: list[str] | None = None) -> Artifact:
+                   aligned: list[str] | None = None, maxnreg: int | None = None) -> Artifact:
     """Compile a ``@triton.jit`` kernel to a cubin without a GPU (Triton bundles ptxas).
 
     Works in a process that runs Triton through the CPU interpreter too: the interpreted function is rebuilt as
@@ -665,6 +665,8 @@ def compile_triton(fn, signature: dict[str, str], constexprs: dict[str, object],
         Arguments Triton may assume divisible by 16, as its JIT specialises them at launch; default every pointer
         argument (PyTorch allocations are aligned). Name integer arguments (sizes, strides) that are multiples
         of 16 at launch, or the compiled code is not what runs.
+    maxnreg : int, optional
+        Triton's register cap per thread (its ``maxnreg`` launch option): ptxas spills what does not fit.
 
     Returns
     -------
@@ -701,8 +703,10 @@ def compile_triton(fn, signature: dict[str, str], constexprs: dict[str, object],
     with knobs.runtime.scope():
         knobs.runtime.interpret = False
         compiled = triton.compile(ASTSource(jit, sig, dict(constexprs), attrs), target=GPUTarget("cuda", arch, 32),
-                                  options={"num_warps": num_warps, "num_stages": num_stages})
+                                  options={"num_warps": num_warps, "num_stages": num_stages,
+                                           **({"maxnreg": maxnreg} if maxnreg else {})})
     md = compiled.metadata
     return Artifact(kernel=md.name, cubin=compiled.asm["cubin"], threads_per_block=32 * md.num_warps,
                     dynamic_smem=md.shared, grid=tuple(grid), source=jit.src,
-                    note=f"triton {triton.__version__}, num_warps={num_warps}, num_stages={num_stages}")
+                    note=f"triton {triton.__version__}, num_warps={num_warps}, num_stages={num_stages}"
+                    + (f", maxnreg={maxnreg}" if maxnreg else ""))

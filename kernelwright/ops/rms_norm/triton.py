@@ -43,6 +43,13 @@ WIDE_CHUNK, WIDE_WARPS = 8192, 4  # the split rung beyond 16384 columns
 WIDE_RES_CHUNK, WIDE_RES_WARPS = 16384, 8  # the same with a residual (add_rms_norm: twice the loads a column)
 FUSED_NARROW_TILE, FUSED_NARROW_WARPS = 2048, 4  # the fused rung's tile of rows of <= 1024 columns: see fused_tile
 NAIVE_BLOCK = 1024  # columns per program in the naive rung's elementwise kernels (GPU)
+SPLIT_MAXNREG: int | None = None
+"""register cap a thread of the split rungs' programs (Triton's ``maxnreg``; None: the compiler's choice). An
+experiment switch: fewer registers let more programs, and so more prefetched chunks, sit on each SM (sm_90, 8192
+columns x 4 warps at 262144: rms 150 registers, 3 programs an SM; layer 193, 2; softmax's split kernel 128, 4)."""
+WEIGHT_HOLD = False
+"""the split rungs hold their weight (and bias) chunk in registers across rows instead of reloading it every row
+(an experiment switch: ``benchmarks/experiments/norm_configs.py --library`` times it against the reload)."""
 WEIGHT_EVICT = ""
 """eviction policy of the split rungs' per-row reloads of the weight (and bias) chunk: "" (the compiler's
 default) until measured; ``benchmarks/experiments/norm_configs.py --weight-evict`` times "evict_last"."""
@@ -74,10 +81,13 @@ def _chunk_stats(v, mask, n, CENTER: tl.constexpr):
     """(k, mean, M2) of one chunk of a row, in the chunk's scale 2^-k: mean of the n valid lanes (0 without
     CENTER) and the sum of squared deviations (of squares without CENTER)."""
     k = pow2_exponent(tl.max(tl.abs(v), 0))
-    vs = v * exp2i(-k)
+    s = exp2i(-k)
+    vs = v * s
     if CENTER:
         mean = tl.sum(vs, 0) / n
-        d = tl.where(mask, vs - mean, 0.0)
+        # the deviations from v again (an fma, not vs - mean): reusing vs would keep a second copy of the chunk
+        # live next to v until the sum of squares is done (sm_90: 195 -> ? registers at 8192 x 4 warps)
+        d = tl.where(mask, tl.fma(v, s, -mean), 0.0)
         m2 = tl.sum(d * d, 0)
     else:
         mean = tl.zeros([], tl.float32)
@@ -208,6 +218,7 @@ def _norm_fwd_split_kernel(
     SAVE_STATS: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
     EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "", W_EVICT: tl.constexpr = "",
+    W_HOLD: tl.constexpr = False,
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ... (a persistent grid of groups x
     # N_CHUNKS programs, all resident at once). slot: [R, N_CHUNKS, WORDS] int64, -1 at launch. A chunk publishes
@@ -231,6 +242,10 @@ def _norm_fwd_split_kernel(
     x_next = tl.load(x_ptr + first64 * x_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
     if RESIDUAL:
         r_next = tl.load(res_ptr + first64 * res_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
+    if W_HOLD:  # in the input dtype (half the registers of fp32), converted where used
+        w_held = tl.load(w_ptr + cols, mask=mask, other=0.0)
+        if CENTER:
+            b_held = tl.load(b_ptr + cols, mask=mask, other=0.0)
     for row in range(first, n_rows, groups):
         row64 = tl.cast(row, tl.int64)
         v = x_next.to(tl.float32)
@@ -280,12 +295,18 @@ def _norm_fwd_split_kernel(
         scale = exp2i(-k)
         # the weight (and bias) chunk is loaded again for every row (an L1 hit after the first): held across rows
         # it would take a register per value that the row and the prefetched row need
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
+        if W_HOLD:
+            w = w_held.to(tl.float32)
+        else:
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
         if OFFSET:
             w += 1.0
         y = (v * scale - mean) * r * w
         if CENTER:
-            y += tl.load(b_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
+            if W_HOLD:
+                y += b_held.to(tl.float32)
+            else:
+                y += tl.load(b_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
         tl.store(y_ptr + row64 * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask,
                  cache_modifier=STORE_CACHE)
         if SAVE_STATS:
@@ -471,7 +492,8 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
             slots = torch.full((n_rows, n_chunks, words) if n_chunks > 1 else (1,), -1, dtype=torch.int64,
                                device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
-                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT)
+                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
+                    **({"maxnreg": SPLIT_MAXNREG} if SPLIT_MAXNREG else {}))
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
         _norm_fwd_split_kernel[(groups * n_chunks,)](*args, **meta, num_warps=warps)

@@ -39,6 +39,9 @@ from kernelwright.ops.rms_norm import triton as _fwd
 from kernelwright.ops.rms_norm.triton import NO_HINTS, STREAM, naive_block, persistent_groups, warps_for
 
 FUSED_TILE = 4096  # values of x (and of dy) a fused program holds per step (rows narrower than this are tiled)
+SPLIT_MAXNREG: int | None = None
+"""register cap a thread of the backward split rung (an experiment switch, as the forward's: at 8192 x 8 warps it
+takes 223 (rms) / 245 (layer) registers, one program an SM)."""
 FUSED_PREFETCH = True  # the fused rung loads its next tile while it reduces this one (norm_configs.py --library)
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
 WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
@@ -117,6 +120,7 @@ def _norm_bwd_split_kernel(
     CENTER: tl.constexpr, DH: tl.constexpr, OFFSET: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
     EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "", W_EVICT: tl.constexpr = "",
+    W_HOLD: tl.constexpr = False,
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ...; slot: [R, N_CHUNKS] int64, -1 at
     # launch. A chunk publishes (sum(g), sum(xhat * g)) over its columns as one 64-bit word (high half: fp32 bits
@@ -136,6 +140,8 @@ def _norm_bwd_split_kernel(
     g64 = group.to(tl.int64)
     x_next = tl.load(x_ptr + g64 * x_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
     dy_next = tl.load(dy_ptr + g64 * dy_stride + cols, mask=nmask, other=0.0, eviction_policy=EVICT)
+    if W_HOLD:  # in the input dtype (half the registers of fp32), converted where used
+        w_held = tl.load(w_ptr + cols, mask=mask, other=0.0)
     for row in range(group, n_rows, groups):
         row64 = tl.cast(row, tl.int64)
         x = x_next.to(tl.float32)
@@ -151,7 +157,10 @@ def _norm_bwd_split_kernel(
             xhat = x * rstd
         # the weight chunk is loaded again for every row (an L1 hit after the first): held across rows it would
         # take registers that x, dy, their prefetch and the dweight accumulator need
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
+        if W_HOLD:
+            w = w_held.to(tl.float32)
+        else:
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
         if OFFSET:
             w += 1.0
         g = dy * w
@@ -393,7 +402,8 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         if slots is None:
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
-                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT)
+                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT, W_HOLD=_fwd.WEIGHT_HOLD,
+                    **({"maxnreg": SPLIT_MAXNREG} if SPLIT_MAXNREG else {}))
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, probe, probe, slots, *tail)

@@ -233,6 +233,9 @@ def _softmax_split_kernel(x_ptr, y_ptr, slot_ptr, n_rows, n_cols, x_stride, y_st
 
 
 SPLIT_WARPS = 8
+SPLIT_MAXNREG: int | None = None
+"""register cap a thread of the split kernel (Triton's ``maxnreg``; None: the compiler's choice): an experiment
+switch (``softmax_split_configs.py``); at 8192 x 4 warps the kernel takes 128 registers, 4 programs an SM."""
 NO_HINTS, STREAM = ("", ""), ("evict_first", ".cs")
 """cache hints of the split rung: (eviction policy of its loads of x, cache modifier of its stores of y)"""
 _split_resident: dict[tuple, int] = {}  # (device, dtypes, chunk, n_chunks) -> programs resident at once
@@ -287,6 +290,8 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
         meta["EVICT"] = hints[0]
     if hints[1]:
         meta["STORE_CACHE"] = hints[1]
+    if SPLIT_MAXNREG and not runtime.interpreting():
+        meta["maxnreg"] = SPLIT_MAXNREG
     if runtime.interpreting():
         groups = R
     else:
