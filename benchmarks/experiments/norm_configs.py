@@ -59,23 +59,50 @@ def fused_bwd(block_r, warps):
 
 
 def library_plans():
-    """The library's own configurations (nothing patched) next to one change each at the wide shapes: the weight
-    (and bias) held in registers across rows (``WEIGHT_HOLD``), and register caps (``SPLIT_MAXNREG``) that let
-    one more program sit on each SM (sm_90 counts at 8192 x 4 warps, forward: rms 150 registers, 3 programs an SM;
-    layer 193, 2; backward at 8192 x 8: 223 / 245, one an SM). At 1024 columns the fused rungs, and the fused
-    backward without its next-tile prefetch (``FUSED_PREFETCH``)."""
-    for fam in ("rms_norm", "layer_norm", "add_rms_norm", "rms_norm_bwd", "layer_norm_bwd", "add_rms_norm_bwd"):
-        mod = bwd if fam.endswith("_bwd") else fwd
-        caps = (128, 168) if fam == "layer_norm" else (128,)
-        for size in [(4096, 65536), (1024, 262144)]:
+    """The library's own configurations (nothing patched) next to one change each. Forward: layer norm without its
+    register cap (``WIDE_LAYER_MAXNREG``) or with 160, or 8192 x 8 warps capped at 80 (three 8-warp programs an
+    SM). Backward (weight held, ``WEIGHT_HOLD``): reloaded instead, and other (chunk, warps) with the weight held
+    (sm_90 registers: 4096 x 8 127 rms / 156 layer, 8192 x 16 128, 2048 x 4 128 / 137). At 1024 columns the
+    fused rungs."""
+    wide = [(4096, 65536), (1024, 262144)]
+    for fam in ("rms_norm", "layer_norm", "add_rms_norm"):
+        for size in wide:
             yield fam, "split", size, "library", contextlib.nullcontext
-            yield fam, "split", size, "library +w held", lambda: patched(fwd, "WEIGHT_HOLD", True)
-            for cap in caps:
-                yield fam, "split", size, f"library maxnreg {cap}", lambda mod=mod, cap=cap: patched(
-                    mod, "SPLIT_MAXNREG", cap)
+            if fam == "layer_norm":
+                yield fam, "split", size, "uncapped", lambda: patched(fwd, "WIDE_LAYER_MAXNREG", None)
+                yield fam, "split", size, "maxnreg 160", lambda: patched(fwd, "WIDE_LAYER_MAXNREG", 160)
+                yield fam, "split", size, "8192x8 maxnreg 80", lambda: _both(
+                    split_fwd(8192, 8, fwd.STREAM), patched(fwd, "SPLIT_MAXNREG", 80))
         yield fam, "fused", (16384, 1024), "library", contextlib.nullcontext
-        if fam.endswith("_bwd"):
-            yield fam, "fused", (16384, 1024), "library no prefetch", lambda: patched(bwd, "FUSED_PREFETCH", False)
+    for fam in ("rms_norm_bwd", "layer_norm_bwd", "add_rms_norm_bwd"):
+        for size in wide:
+            yield fam, "split", size, "library", contextlib.nullcontext
+            yield fam, "split", size, "w reloaded", lambda: patched(bwd, "WEIGHT_HOLD", False)
+            for c, w in [(4096, 8), (8192, 16), (2048, 4)]:
+                yield fam, "split", size, f"{c}x{w}", lambda c=c, w=w: split_bwd(c, w, fwd.STREAM)
+            yield fam, "split", size, "4096x8 maxnreg 128", lambda: _both(
+                split_bwd(4096, 8, fwd.STREAM), patched(bwd, "SPLIT_MAXNREG", 128))
+        yield fam, "fused", (16384, 1024), "library", contextlib.nullcontext
+
+
+@contextlib.contextmanager
+def _both(a, b):
+    with a, b:
+        yield
+
+
+def copy_rows(sizes, dtype, max_seconds):
+    """torch's device copy (y.copy_(x)) at each size: the bandwidth a one-read one-write kernel of that size gets."""
+    rows = []
+    for r, c in sizes:
+        x = torch.randn(r, c, device="cuda").to(dtype)
+        y = torch.empty_like(x)
+        t = time_fn(lambda x=x, y=y: y.copy_(x), TimerConfig(max_seconds=max_seconds, warmup_max_seconds=0.2))
+        tbps = 2 * x.numel() * x.element_size() / (t.median_ms * 1e-3) / 1e12
+        rows.append({"family": "copy", "rung": "torch", "size": [r, c], "config": "y.copy_(x)",
+                     "median_us": t.median_ms * 1e3, "tbps": tbps})
+        print(f"copy {r}x{c}: {tbps:.3f} TB/s ({t.median_ms * 1e3:.1f} us)", flush=True)
+    return rows
 
 
 def plans(quick: bool, hints: bool):
@@ -123,6 +150,8 @@ def main() -> None:
     dtype = torch.bfloat16
     only = {s for s in args.only.split(",") if s}
     rows, cases, t0 = [], {}, time.time()
+    if args.library:
+        rows += copy_rows([(16384, 1024), (4096, 65536), (1024, 262144)], dtype, args.max_seconds)
     out_path = os.path.join(os.environ.get("OUT", "/tmp"), "norm_configs.json")
     sizes = {tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s}
     for fam_name, rung, size, label, ctx in (library_plans() if args.library else plans(args.quick, args.hints)):

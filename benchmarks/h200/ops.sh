@@ -9,8 +9,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh configs  # norm launch configs where issue 4 is missed (split
 #                                                            # at 64k/256k, fused at 1024, streaming hints), the
 #                                                            # softmax split with hints, the activation family
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next     # GPU tests, the split rungs' switches next to the
-#                                                            # defaults, kw bench of the defaults
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next     # GPU tests, the split rungs' defaults next to one
+#                                                            # change each, kw bench of the norm families
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -59,17 +59,13 @@ case "${1:-fwd}" in
     grep -A30 "^best per" "$LOG" | head -30; grep "^best " "$LOG"
     ;;
   next)
-    # session 7: GPU tests; the norm split rungs' switches (weight held, register caps) next to the defaults; the
-    # softmax split rung's register cap at 256k; then kw bench of the defaults at 1024 / 64k / 256k columns
-    step 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_norms.py tests/test_activation.py \
-      tests/test_softmax_split.py
+    # session 7, after run 24: GPU tests; the norm split rungs' new defaults (backward weight held, layer norm's
+    # register cap) next to one change each, torch's copy at the same sizes; kw bench of the six norm families
+    step 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_norms.py
     OUT="$OUT" step 170 python3 benchmarks/experiments/norm_configs.py --library
-    KW_DB="$OUT/switches.db" step 40 python3 benchmarks/experiments/switch_bench.py \
-      kernelwright.ops.softmax.triton.SPLIT_MAXNREG=96 -- bench softmax --dtypes bf16 --sizes 1024x262144 \
-      --variant split --max-seconds 0.5
-    step 220 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm rms_norm_bwd layer_norm_bwd \
-      add_rms_norm_bwd softmax --dtypes bf16 --sizes 16384x1024,4096x65536,1024x262144 --max-seconds 0.5
-    grep -A40 "^best per" "$LOG" | head -40
+    step 200 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm rms_norm_bwd layer_norm_bwd \
+      add_rms_norm_bwd --dtypes bf16 --sizes 16384x1024,4096x65536,1024x262144 --max-seconds 0.5
+    grep -A60 "^best per" "$LOG" | head -60
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \

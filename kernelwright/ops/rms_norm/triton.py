@@ -47,9 +47,16 @@ SPLIT_MAXNREG: int | None = None
 """register cap a thread of the split rungs' programs (Triton's ``maxnreg``; None: the compiler's choice). An
 experiment switch: fewer registers let more programs, and so more prefetched chunks, sit on each SM (sm_90, 8192
 columns x 4 warps at 262144: rms 150 registers, 3 programs an SM; layer 193, 2; softmax's split kernel 128, 4)."""
+WIDE_LAYER_MAXNREG = 168
+"""register cap a thread of layer norm's wide split forward (8192 columns x 4 warps, beyond 16384 columns): it
+takes 193 registers uncapped, two programs an SM; at 168 (8 bytes of spills, sm_90) three fit. H200 run 24 (bf16,
+``norm_configs.py --library``): 2.67 -> 3.14 TB/s at 4096x65536, 2.14 -> 2.57 at 1024x262144; a cap of 128 (four
+an SM, 80 bytes of spills) was slower than none (2.40 / 1.99), and so was 128 on rms (3.58 -> 3.31 at 65536)."""
 WEIGHT_HOLD = False
-"""the split rungs hold their weight (and bias) chunk in registers across rows instead of reloading it every row
-(an experiment switch: ``benchmarks/experiments/norm_configs.py --library`` times it against the reload)."""
+"""the forward split rung holds its weight (and bias) chunk in registers across rows instead of reloading it every
+row. Off: H200 run 24 (bf16): rms 3.58 -> 3.28 TB/s at 65536 columns, 3.24 -> 2.94 at 262144 (the held chunk
+costs a program an SM); layer +3-4%, add_rms the same, both below what the register cap gives. The backward has
+its own switch (``rms_norm_bwd.triton.WEIGHT_HOLD``, on)."""
 WEIGHT_EVICT = ""
 """eviction policy of the split rungs' per-row reloads of the weight (and bias) chunk: "" (the compiler's
 default) until measured; ``benchmarks/experiments/norm_configs.py --weight-evict`` times "evict_last"."""
@@ -293,8 +300,8 @@ def _norm_fwd_split_kernel(
                 m2 = tl.sum(tl.where(kmask, m2s, 0.0), 0)
         r = _rsqrt_scaled(m2, n_cols, eps, k)
         scale = exp2i(-k)
-        # the weight (and bias) chunk is loaded again for every row (an L1 hit after the first): held across rows
-        # it would take a register per value that the row and the prefetched row need
+        # the weight (and bias) chunk is loaded again for every row (an L1 hit while the streamed rows have not
+        # evicted it): held (W_HOLD) it takes registers that cost a program an SM (WEIGHT_HOLD)
         if W_HOLD:
             w = w_held.to(tl.float32)
         else:
@@ -417,6 +424,13 @@ def split_config(n_cols: int, residual: bool = False) -> tuple[int, int, tuple[s
 _resident: dict[tuple, int] = {}
 
 
+def _split_cap(wide_layer: bool) -> dict:
+    """The ``maxnreg`` launch option of a split forward: SPLIT_MAXNREG when set (experiments), else
+    WIDE_LAYER_MAXNREG for layer norm's wide configuration; none under the interpreter."""
+    cap = SPLIT_MAXNREG or (WIDE_LAYER_MAXNREG if wide_layer else None)
+    return {"maxnreg": cap} if cap and not runtime.interpreting() else {}
+
+
 def persistent_groups(kernel, args: tuple, meta: dict, warps: int, n_chunks: int, n_rows: int, device) -> int:
     """Row groups of a persistent grid of ``kernel`` (``n_chunks`` programs a group): as many as the GPU holds
     at once, from the compiled kernel's registers and shared memory (in a split rung every chunk of a row must be
@@ -493,7 +507,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
                                device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
-                    **({"maxnreg": SPLIT_MAXNREG} if SPLIT_MAXNREG else {}))
+                    **_split_cap(center and not has_res and split_chunk is None and n_cols > SPLIT_CHUNK))
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
         _norm_fwd_split_kernel[(groups * n_chunks,)](*args, **meta, num_warps=warps)

@@ -42,6 +42,11 @@ FUSED_TILE = 4096  # values of x (and of dy) a fused program holds per step (row
 SPLIT_MAXNREG: int | None = None
 """register cap a thread of the backward split rung (an experiment switch, as the forward's: at 8192 x 8 warps it
 takes 223 (rms) / 245 (layer) registers, one program an SM)."""
+WEIGHT_HOLD = True
+"""the split rung holds its weight chunk in registers (in the input dtype) across rows instead of reloading it for
+every row. H200 run 24 (bf16, ``norm_configs.py --library``, TB/s at 4096x65536 / 1024x262144): rms 2.53 -> 3.12
+/ 2.06 -> 2.38, layer 2.19 -> 2.31 / 1.91 -> 1.95, add_rms 2.82 -> 3.18 / 2.35 -> 2.60. The reload was an L1 hit
+only while the streamed x and dy had not evicted it."""
 FUSED_PREFETCH = True  # the fused rung loads its next tile while it reduces this one (norm_configs.py --library)
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
 WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
@@ -155,9 +160,7 @@ def _norm_bwd_split_kernel(
             xhat = tl.where(mask, (x - tl.load(mean_ptr + row64)) * rstd, 0.0)
         else:
             xhat = x * rstd
-        # the weight chunk is loaded again for every row (an L1 hit after the first): held across rows it would
-        # take registers that x, dy, their prefetch and the dweight accumulator need
-        if W_HOLD:
+        if W_HOLD:  # held across rows (WEIGHT_HOLD), or loaded again for every row
             w = w_held.to(tl.float32)
         else:
             w = tl.load(w_ptr + cols, mask=mask, other=0.0, eviction_policy=W_EVICT).to(tl.float32)
@@ -402,8 +405,8 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         if slots is None:
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
-                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT, W_HOLD=_fwd.WEIGHT_HOLD,
-                    **({"maxnreg": SPLIT_MAXNREG} if SPLIT_MAXNREG else {}))
+                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
+                    **({"maxnreg": SPLIT_MAXNREG} if SPLIT_MAXNREG and not runtime.interpreting() else {}))
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, probe, probe, slots, *tail)
