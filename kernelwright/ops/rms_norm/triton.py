@@ -15,7 +15,7 @@ Rungs (the launchers at the bottom; each family's ``triton.py`` wraps them):
 * ``chunked``: one program per row, any width: pass 1 streams the row in 8192-column chunks keeping running statistics,
   pass 2 streams it again to write. The second read comes from L2 while the rows in flight fit there.
 * ``split``: a row is cut into chunks held in registers by cooperating programs, which exchange per-chunk
-  statistics through one or two 64-bit words each (the softmax ``split`` rung's protocol): one read, one write,
+  statistics through one 64-bit word each (the softmax ``split`` rung's protocol): one read, one write,
   any width. Under the CPU interpreter (programs run one after another, none can wait for a later one) a row is
   one chunk; ``tests/test_norms.py`` runs the multi-chunk exchange with pre-published words.
 
@@ -47,6 +47,11 @@ SPLIT_MAXNREG: int | None = None
 """register cap a thread of the split rungs' programs (Triton's ``maxnreg``; None: the compiler's choice). An
 experiment switch: fewer registers let more programs, and so more prefetched chunks, sit on each SM (sm_90, 8192
 columns x 4 warps at 262144: rms 150 registers, 3 programs an SM; layer 193, 2; softmax's split kernel 128, 4)."""
+CHUNKED_STAGES = 1
+"""pipeline depth of the chunked rung's two loops over a row (Triton's ``tl.range(num_stages=)``: loads through
+shared memory by cp.async, STAGES - 1 chunks in flight). An experiment switch; 1 (off) until measured. The split
+rung cannot use it: Triton 3.6 does not pipeline a loop holding another loop (its spin-wait), checked on the sm_90
+cubin (24 LDGSTS without the wait, none with it)."""
 WIDE_LAYER_MAXNREG = 168
 """register cap a thread of layer norm's wide split forward (8192 columns x 4 warps, beyond 16384 columns): it
 takes 193 registers uncapped, two programs an SM; at 168 (8 bytes of spills, sm_90) three fit. H200 run 24 (bf16,
@@ -104,14 +109,14 @@ def _chunk_stats(v, mask, n, CENTER: tl.constexpr):
 
 @triton.jit
 def _row_stats(x_ptr, res_ptr, h_ptr, x_off, res_off, h_off, n_cols, CENTER: tl.constexpr, RESIDUAL: tl.constexpr,
-               STORE_H: tl.constexpr, BLOCK: tl.constexpr):
+               STORE_H: tl.constexpr, BLOCK: tl.constexpr, STAGES: tl.constexpr = 1):
     """Statistics of one row streamed in BLOCK-column chunks: (K, mean, M2) in the scale 2^-K, merged chunk by
     chunk (the running scale only grows; what came before is rescaled exactly, by a power of two). With
     RESIDUAL the row is x + residual, and h = x + residual is stored on the way."""
     big_k = tl.full([], -63, tl.int32)
     mean = tl.zeros([], tl.float32)
     m2 = tl.zeros([], tl.float32)
-    for start in range(0, n_cols, BLOCK):
+    for start in tl.range(0, n_cols, BLOCK, num_stages=STAGES):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < n_cols
         v = tl.load(x_ptr + x_off + cols, mask=mask, other=0.0).to(tl.float32)
@@ -188,16 +193,17 @@ def _norm_fwd_chunked_kernel(
     n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, eps,
     CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
     SAVE_STATS: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, STAGES: tl.constexpr = 1,
 ):
     row = tl.program_id(0).to(tl.int64)
-    # pass 1: statistics (and h = x + residual, stored on the way)
+    # pass 1: statistics (and h = x + residual, stored on the way); STAGES > 1: Triton's pipeliner keeps STAGES - 1
+    # chunks in flight through shared memory (cp.async)
     big_k, mean, m2 = _row_stats(x_ptr, res_ptr, h_ptr, row * x_stride, row * res_stride, row * h_stride, n_cols,
-                                 CENTER, RESIDUAL, STORE_H, BLOCK)
+                                 CENTER, RESIDUAL, STORE_H, BLOCK, STAGES)
     r = _rsqrt_scaled(m2, n_cols, eps, big_k)
     scale = exp2i(-big_k)
     # pass 2: read the row again (from L2 while it is still there), normalise, write
-    for start in range(0, n_cols, BLOCK):
+    for start in tl.range(0, n_cols, BLOCK, num_stages=STAGES):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < n_cols
         v = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
@@ -228,11 +234,9 @@ def _norm_fwd_split_kernel(
     W_HOLD: tl.constexpr = False,
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ... (a persistent grid of groups x
-    # N_CHUNKS programs, all resident at once). slot: [R, N_CHUNKS, WORDS] int64, -1 at launch. A chunk publishes
-    # its statistics as 64-bit words (high half: its scale exponent + 256, never the all-ones of the -1
-    # sentinel; low half: fp32 bits of M2, and of the mean in a second word for CENTER) by relaxed atomic
-    # exchanges, then reads its partners' words until none is -1.
-    WORDS: tl.constexpr = 2 if CENTER else 1
+    # N_CHUNKS programs, all resident at once). slot: [R, N_CHUNKS] int64, -1 at launch. A chunk publishes its
+    # statistics as one 64-bit word (RMS: its scale exponent and sum of squares; CENTER: its mean and std / 4,
+    # unscaled) by a relaxed atomic exchange, then reads its partners' words until none is -1.
     pid = tl.program_id(0)
     chunk = pid % N_CHUNKS
     groups = tl.num_programs(0) // N_CHUNKS
@@ -269,35 +273,38 @@ def _norm_fwd_split_kernel(
                          cache_modifier=STORE_CACHE)
         k, mean, m2 = _chunk_stats(v, mask, n_mine, CENTER)
         if N_CHUNKS > 1:
-            tag = (k + 256).to(tl.int64) << 32
-            slots = slot_ptr + row64 * (N_CHUNKS * WORDS)
-            tl.atomic_xchg(slots + chunk * WORDS, tag | m2.to(tl.uint32, bitcast=True).to(tl.int64), sem="relaxed")
+            slots = slot_ptr + row64 * N_CHUNKS
             if CENTER:
-                tl.atomic_xchg(slots + chunk * WORDS + 1, tag | mean.to(tl.uint32, bitcast=True).to(tl.int64),
-                               sem="relaxed")
+                # (mean, std / 4) of the chunk as two unscaled fp32 in one word: |mean| <= max |v| and
+                # std / 4 < max |v| cannot overflow; a NaN mean made canonical (high half never all ones)
+                mu = mean * exp2i(k)
+                mu = tl.where(mu != mu, float("nan"), mu)
+                q = tl.sqrt(m2 / n_mine) * exp2i(k - 2)
+                word = (mu.to(tl.int32, bitcast=True).to(tl.int64) << 32) | q.to(tl.uint32, bitcast=True).to(tl.int64)
+            else:
+                # the chunk's scale exponent + 256 (never all ones) over the fp32 bits of its sum of squares
+                word = ((k + 256).to(tl.int64) << 32) | m2.to(tl.uint32, bitcast=True).to(tl.int64)
+            tl.atomic_xchg(slots + chunk, word, sem="relaxed")
             # volatile loads go to L2, where the atomics land; spin until every chunk of the row has published
-            wm = tl.load(slots + ks * WORDS, mask=kmask, other=0, volatile=True)
-            waiting = tl.sum((wm == -1).to(tl.int32), 0)
+            words = tl.load(slots + ks, mask=kmask, other=0, volatile=True)
+            while tl.sum((words == -1).to(tl.int32), 0) > 0:
+                words = tl.load(slots + ks, mask=kmask, other=0, volatile=True)
+            lo = (words & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
             if CENTER:
-                wc = tl.load(slots + ks * WORDS + 1, mask=kmask, other=0, volatile=True)
-                waiting += tl.sum((wc == -1).to(tl.int32), 0)
-            while waiting > 0:
-                wm = tl.load(slots + ks * WORDS, mask=kmask, other=0, volatile=True)
-                waiting = tl.sum((wm == -1).to(tl.int32), 0)
-                if CENTER:
-                    wc = tl.load(slots + ks * WORDS + 1, mask=kmask, other=0, volatile=True)
-                    waiting += tl.sum((wc == -1).to(tl.int32), 0)
-            kk = ((wm >> 32) - 256).to(tl.int32)
-            k = tl.max(tl.where(kmask, kk, -1000), 0)
-            f = tl.where(kmask, exp2i(kk - k), 0.0)
-            m2s = (wm & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True) * f * f
-            if CENTER:
-                means = (wc & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True) * f
+                # every piece brought to one scale 2^-k chosen from the largest |mean| and std / 4, then merged
+                mus = tl.where(kmask, (words >> 32).to(tl.int32).to(tl.float32, bitcast=True), 0.0)
+                qs = tl.where(kmask, lo, 0.0)
+                k = pow2_exponent(tl.max(tl.maximum(tl.abs(mus), qs), 0))
+                f = exp2i(-k)
+                means = mus * f
+                sds = qs * (f * 4.0)
                 mean = tl.sum(ns * means, 0) / n_cols
                 dm = means - mean
-                m2 = tl.sum(tl.where(kmask, m2s + ns * dm * dm, 0.0), 0)
+                m2 = tl.sum(ns * (sds * sds + dm * dm), 0)
             else:
-                m2 = tl.sum(tl.where(kmask, m2s, 0.0), 0)
+                kk = ((words >> 32) - 256).to(tl.int32)
+                k = tl.max(tl.where(kmask, kk, -1000), 0)
+                m2 = tl.sum(tl.where(kmask, lo * exp2i(kk - k) * exp2i(kk - k), 0.0), 0)
         r = _rsqrt_scaled(m2, n_cols, eps, k)
         scale = exp2i(-k)
         # the weight (and bias) chunk is loaded again for every row (an L1 hit while the streamed rows have not
@@ -496,15 +503,14 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
             *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, num_warps=warps)
     elif rung == "chunked":
         block = min(CHUNK, triton.next_power_of_2(n_cols))
-        _norm_fwd_chunked_kernel[(n_rows,)](*ptrs, *tail, **flags, BLOCK=block, num_warps=warps_for(block))
+        _norm_fwd_chunked_kernel[(n_rows,)](*ptrs, *tail, **flags, BLOCK=block, STAGES=CHUNKED_STAGES,
+                                            num_warps=warps_for(block))
     elif rung == "split":
         chunk, warps, hints = split_config(n_cols, has_res)
         chunk = split_chunk or chunk
         n_chunks = triton.cdiv(n_cols, chunk)
-        words = 2 if center else 1
         if slots is None:
-            slots = torch.full((n_rows, n_chunks, words) if n_chunks > 1 else (1,), -1, dtype=torch.int64,
-                               device=x.device)
+            slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
                     **_split_cap(center and not has_res and split_chunk is None and n_cols > SPLIT_CHUNK))
