@@ -153,6 +153,26 @@ def test_every_rung_of_a_single_op_problem_is_proposed_first():
     assert labels == [site.label(v) for v in site.variants]
 
 
+def test_compile_plans_move_forward_once_compile_beats_a_candidate():
+    from kernelwright.search.state import Evaluated, SearchState
+
+    bp = BuiltinProposer(str(PROBLEMS_DIR / "level2/06_residual_layer_norm_fp32.py"), device="cpu",
+                         compile_modes=("default",))
+    state = SearchState("", "", "cpu")
+    first = bp.propose(state)
+    assert first.plan["compile"] is None and "compile=default" in [bp.label(p) for p in bp.queue[1:]]
+    # our first candidate: 1.2x eager but 0.57x torch.compile (run 26) -> compile next, then the rest in order
+    bp.feedback(Evaluated(0, first, {"passed": True, "speedup_eager": 1.2, "speedup_compile": 0.57}, 1.2))
+    assert bp.propose(state).label == "compile=default"
+    # not when compile was no faster (a second proposer starts over)
+    bp2 = BuiltinProposer(str(PROBLEMS_DIR / "level2/06_residual_layer_norm_fp32.py"), device="cpu",
+                          compile_modes=("default",))
+    first2 = bp2.propose(state)
+    queued = [bp2.label(p) for p in bp2.queue]
+    bp2.feedback(Evaluated(0, first2, {"passed": True, "speedup_eager": 1.2, "speedup_compile": 1.1}, 1.2))
+    assert bp2.propose(state).label == queued[0] != "compile=default"
+
+
 def test_best_option_per_site_combines_what_was_learned():
     from kernelwright.search.state import Evaluated, SearchState
 
