@@ -11,6 +11,7 @@
 #                                                            # softmax split with hints, the activation family
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next     # GPU tests, the split rungs' defaults next to one
 #                                                            # change each, kw bench of the norm families
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh followup # see the case below (session 7)
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -66,6 +67,15 @@ case "${1:-fwd}" in
     step 200 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm rms_norm_bwd layer_norm_bwd \
       add_rms_norm_bwd --dtypes bf16 --sizes 16384x1024,4096x65536,1024x262144 --max-seconds 0.5
     grep -A60 "^best per" "$LOG" | head -60
+    ;;
+  followup)
+    # session 7, after run 25: layer norm's one-word exchange and the chunked rung's pipelined loops at the wide
+    # shapes, the narrow rows at 65536 x 1024 (norm_configs --followup, float64-checked first); kw bench of the
+    # forward families there, with peers; then the GPU tests of the norm files
+    OUT="$OUT" step 75 python3 benchmarks/experiments/norm_configs.py --followup
+    step 60 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm --dtypes bf16 --sizes 65536x1024 \
+      --max-seconds 0.5
+    step 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_norms.py
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \
