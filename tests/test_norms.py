@@ -333,6 +333,7 @@ def test_split_backward_exchange_with_several_chunks(kind, groups, hold, monkeyp
     from kernelwright.ops.rms_norm_bwd.triton import norm_backward
 
     monkeypatch.setattr(bwd, "WEIGHT_HOLD", hold)
+    monkeypatch.setattr(bwd, "WEIGHT_HOLD_FROM", 0)  # at any width here
 
     rows, cols, chunk = 3, 200, 64
     x, w, dy = torch.randn(rows, cols), torch.randn(cols), torch.randn(rows, cols)
@@ -401,7 +402,7 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
             chunk, warps, hints = mod.split_config(width)
         n = width // chunk
         cx = dict(N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=chunk, EVICT=hints[0], STORE_CACHE=hints[1],
-                  W_EVICT=fwd.WEIGHT_EVICT, W_HOLD=mod.WEIGHT_HOLD)
+                  W_EVICT=fwd.WEIGHT_EVICT, W_HOLD=mod.WEIGHT_HOLD and width >= getattr(mod, "WEIGHT_HOLD_FROM", 0))
         sig["slot_ptr"] = "*i64"
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16

@@ -46,7 +46,11 @@ WEIGHT_HOLD = True
 """the split rung holds its weight chunk in registers (in the input dtype) across rows instead of reloading it for
 every row. H200 run 24 (bf16, ``norm_configs.py --library``, TB/s at 4096x65536 / 1024x262144): rms 2.53 -> 3.12
 / 2.06 -> 2.38, layer 2.19 -> 2.31 / 1.91 -> 1.95, add_rms 2.82 -> 3.18 / 2.35 -> 2.60. The reload was an L1 hit
-only while the streamed x and dy had not evicted it."""
+only while the streamed x and dy had not evicted it. From :data:`WEIGHT_HOLD_FROM` columns only."""
+WEIGHT_HOLD_FROM = 16385
+"""rows at least this wide hold the weight (the wide configuration, where it was measured); the narrower one
+(8192 x 32 warps, 64 registers) spills more with it (sm_90: 16 -> 32 bytes for rms, 56 -> 80 for layer norm),
+not timed."""
 FUSED_PREFETCH = True  # the fused rung loads its next tile while it reduces this one (norm_configs.py --library)
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
 WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
@@ -405,7 +409,8 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         if slots is None:
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
-                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
+                    EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT,
+                    W_HOLD=WEIGHT_HOLD and n_cols >= WEIGHT_HOLD_FROM,
                     **({"maxnreg": SPLIT_MAXNREG} if SPLIT_MAXNREG and not runtime.interpreting() else {}))
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
