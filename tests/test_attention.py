@@ -135,7 +135,7 @@ def test_causal_is_bottom_right_aligned():
 
 # --- FlashAttention-4's lazy rescale ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("pattern", ["rising", "falling", "jump"])
-@pytest.mark.parametrize("rung", ["exp2_lazy", "tuned"])
+@pytest.mark.parametrize("rung", ["exp2_lazy", "pipelined", "tuned"])
 def test_lazy_rescale_stays_exact(rung, pattern):
     # scores built to move the row max across key tiles: rising by ~3 per 64-key tile (a rescale every third tile),
     # falling (the first tile's max is never exceeded: no rescale after it), one jump of +40 in the last tile
@@ -159,7 +159,7 @@ def test_lazy_rescale_stays_exact(rung, pattern):
     _lse_close(lse, ref_lse, f"{rung} {pattern}")
 
 
-@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2_lazy", "tuned"])
+@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2_lazy", "pipelined", "tuned"])
 def test_huge_scores_stay_finite(rung):
     # scores of ~1e12 (inputs magnified 1e3, as the evaluator's "large" set does): on the GPU the FFMA that
     # subtracts the row max used the unrounded product while the max was of rounded ones, so exp2 saw ~1e5 and
@@ -382,7 +382,8 @@ def test_tune_hook_searches_and_caches(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
-@pytest.mark.parametrize("cfg", [(64, 32, 4, 2, False, True), (32, 16, 4, 2, True, True)], ids=["tma", "tma-ws"])
+@pytest.mark.parametrize("cfg", [(64, 32, 4, 2, False, True), (32, 16, 4, 2, True, True),
+                                 (32, 16, 4, 2, False, True, True)], ids=["tma", "tma-ws", "tma-pipelined"])
 def test_tuned_rung_tma_and_warp_specialized_configs(cfg, layout):
     # configs the tuner may pick on Hopper: k/v by TMA descriptors (emulated by the interpreter) and the warp-
     # specialized key loop; a transposed layout has no unit last stride, so the same config takes the pointer path
@@ -404,7 +405,7 @@ def test_tuned_rung_tma_and_warp_specialized_configs(cfg, layout):
         assert cmp.ok, f"{case.label} seed={seed}: {cmp.reason}"
 
 
-@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2_lazy", "tuned"])
+@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2_lazy", "pipelined", "tuned"])
 def test_flash_rungs_compile_for_hopper_without_spills(rung):
     # what the H200 will run, compiled here for sm_90 (Triton bundles ptxas): wgmma tensor-core code, no local
     # memory; for the tuned rung also its TMA candidates (descriptors of 4-D padded and 3-D packed k and v)
@@ -420,6 +421,31 @@ def test_flash_rungs_compile_for_hopper_without_spills(rung):
             if report.mix is not None:
                 assert report.mix.classes["tensor-core MMA"] > 0
                 assert report.mix.classes.get("local memory (LDL/STL)", 0) == 0, ki.format_report(report)
+
+
+def _hgmma_between_exp2(sass: list[str]) -> int:
+    """HGMMAs with a MUFU.EX2 among the 6 instructions before and among the 6 after: a wgmma issued amid the
+    softmax's exponentials rather than behind a wait for all of them."""
+    ops = [line.split()[0] for line in sass if line.strip()]
+    return sum(1 for i, o in enumerate(ops) if o.startswith("HGMMA")
+               and any(x.startswith("MUFU.EX2") for x in ops[max(0, i - 6):i])
+               and any(x.startswith("MUFU.EX2") for x in ops[i + 1:i + 7]))
+
+
+def test_pipelined_rung_issues_the_next_scores_amid_the_softmax():
+    # sm_90 SASS (D128, 128 x 64 tiles, 8 warps): exp2_lazy waits for every wgmma before its exponentials (none
+    # interleaved); the pipelined rung's next-tile HGMMAs sit among them (6 seen when written)
+    from kernelwright.harness import inspect as ki
+    from kernelwright.ops.attention import hooks
+
+    counts = {}
+    for rung in ("exp2_lazy", "pipelined"):
+        art = hooks.flash_artifact(rung, S(4, 32, 8, 4096, 4096, 128, C), torch.bfloat16)
+        sass, _, _ = ki.disassemble(art.cubin, art.kernel)
+        if sass is None:
+            pytest.skip("no cuobjdump/nvdisasm to read the SASS")
+        counts[rung] = _hgmma_between_exp2(sass)
+    assert counts["exp2_lazy"] == 0 and counts["pipelined"] >= 2, counts
 
 
 def test_naive_refuses_only_past_its_memory_cap():

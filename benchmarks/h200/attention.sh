@@ -6,6 +6,8 @@
 #                                                               # the varlen experiment
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh two   # the D128 sequence-length sweep (1k..16k), kw check,
 #                                                               # the report
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh pipelined  # the pipelined rung against exp2_lazy, the
+#                                                                     # re-tuned rung, the D128 sweep
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed).
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
@@ -46,6 +48,20 @@ case "${1:-one}" in
       --max-seconds 1
     step 150 python3 -m kernelwright.cli check attention
     python3 -m kernelwright.cli report -o "$OUT/report.html" >> "$LOG" 2>&1
+    ;;
+  pipelined)
+    # session 7's rung (next tile's scores before this tile's softmax): its GPU tests, then exp2_lazy / pipelined /
+    # tuned side by side with the peers on the core shapes (tuned re-tuned: its candidates now include pipelined
+    # configs), then the D128 sweep of the best against FA2 and cuDNN
+    step 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_attention.py -k "pipelined or exp2_lazy"
+    grep -E "passed|failed" "$LOG" | tail -2
+    step 60 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$CORE" --variant exp2_lazy \
+      --variant pipelined --variant sdpa_flash --variant sdpa_cudnn --max-seconds 1
+    step 150 python3 -m kernelwright.cli tune attention --variant tuned --dtypes bf16 --sizes "$TUNE" --force
+    tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
+    KW_AUTOTUNE=0 step 120 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$SCALING" \
+      --variant tuned --variant pipelined --variant exp2_lazy --variant sdpa_flash --variant sdpa_cudnn \
+      --max-seconds 1
     ;;
 esac
 python3 -m kernelwright.cli results >> "$LOG" 2>&1

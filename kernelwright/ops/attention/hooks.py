@@ -75,11 +75,11 @@ def flash_config(rung: str, size, dtype):
     p = decode(size)
     if rung == "tuned":
         return T.fit(tune.lookup(T.TUNED, size, dtype) or T.TUNED.default(tuple(size), dtype), p.sq, p.skv)
-    return T.fit(T.default_config(p.d), p.sq, p.skv)
+    return T.fit(T.pipelined_config(p.d) if rung == "pipelined" else T.default_config(p.d), p.sq, p.skv)
 
 
 _SWITCHES = {"flash": (False, False, False), "causal_skip": (True, False, False), "exp2_lazy": (True, True, False),
-             "tuned": (True, True, True)}
+             "pipelined": (True, True, False), "tuned": (True, True, True)}
 
 
 def flash_artifact(rung: str, size, dtype, config=None):
@@ -102,7 +102,7 @@ def flash_artifact(rung: str, size, dtype, config=None):
     consts = {"HEAD_DIM": p.d, "BLOCK_D": bd, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N, "CAUSAL": p.causal,
               "VARLEN": p.varlen, "SKIP": skip, "LAZY_EXP2": lazy, "LONGEST_FIRST": longest and p.causal,
               "UPCAST": False, "PRECISION": T._precision(dtype), "WARP_SPEC": cfg.warp_specialize,
-              "USE_TMA": cfg.tma}
+              "USE_TMA": cfg.tma, "PIPE": cfg.pipeline}
     if p.varlen:
         sig.update(cu_q_ptr="*i32", cu_k_ptr="*i32")
     else:
@@ -129,4 +129,5 @@ def _artifacts(rung: str, size, dtype) -> list:
 artifacts_flash = functools.partial(_artifacts, "flash")
 artifacts_causal_skip = functools.partial(_artifacts, "causal_skip")
 artifacts_exp2_lazy = functools.partial(_artifacts, "exp2_lazy")
+artifacts_pipelined = functools.partial(_artifacts, "pipelined")
 artifacts_tuned = functools.partial(_artifacts, "tuned")

@@ -256,6 +256,17 @@ RUNGS = (
         artifacts=f"{_H}:artifacts_exp2_lazy",
     ),
     Rung(
+        "pipelined", "triton", f"{_T}:attention_pipelined",
+        "exp2_lazy with the key loop software-pipelined by hand (FlashAttention-3's intra-warpgroup overlap): each "
+        "iteration first issues the next tile's Q K^T, then runs this tile's softmax and P V. In exp2_lazy's sm_90 "
+        "SASS (kw inspect's compiler) a wait for every wgmma (WARPGROUP.DEPBAR) sits between the scores' HGMMAs and "
+        "the softmax's 34 MUFU.EX2s, so the tensor cores idle while the exponentials run and the reverse; here "
+        "ptxas interleaves the next tile's HGMMAs with this tile's MUFU.EX2s. Costs a second fp32 score tile (141 "
+        "-> 184 registers a thread at 128 x 64 over 8 warps, D128, in a test kernel) and one wasted score tile per "
+        "key loop. Predicted: +5-15% at D128 (FA3 reports its two overlaps together at +10-20%); less at D64.",
+        artifacts=f"{_H}:artifacts_pipelined",
+    ),
+    Rung(
         "tuned", "triton", f"{_T}:attention_tuned",
         "exp2_lazy with (BM, BN, warps, pipeline stages, k/v by TMA descriptors) searched per bucket (head dim, "
         "causal or not, short or long sequences) by kernelwright.tune, pruned by shared memory and registers "
@@ -269,7 +280,7 @@ RUNGS = (
 
 
 def choose(size, kwargs) -> list[str]:
-    return ["tuned", "exp2_lazy", "causal_skip", "flash", "naive"]
+    return ["tuned", "pipelined", "exp2_lazy", "causal_skip", "flash", "naive"]
 
 
 # --- peers: torch SDPA on each backend; varlen cases loop over the sequences ---------------------------------------

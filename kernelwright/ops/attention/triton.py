@@ -225,18 +225,40 @@ def _kv_tile(base, desc, b, hk, k0, start_n, len_k, stride_s, stride_d, HEAD_DIM
 def _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, skd, svs, svd, lo, hi, len_k, offs_m,
               diag, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
               MASK: tl.constexpr, CAUSAL: tl.constexpr, LAZY_EXP2: tl.constexpr, UPCAST: tl.constexpr,
-              PRECISION: tl.constexpr, WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr):
+              PRECISION: tl.constexpr, WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
+              PIPE: tl.constexpr = False):
     """Fold key tiles [lo, hi) into the running (acc [BM, BD], l [BM], m [BM]). ``MASK``: mask keys past the end
     and (causal) above the diagonal, and guard rows that have seen no key yet; without it the tiles are known to
-    be fully visible to every row and the loads and the softmax carry no predicate at all."""
+    be fully visible to every row and the loads and the softmax carry no predicate at all. ``PIPE``: the scores
+    of the next tile are computed at the top of each iteration, before this tile's softmax (software pipelining
+    by hand, FlashAttention-3's intra-warpgroup overlap): their wgmma runs on the tensor cores while the softmax
+    runs on the FMA and MUFU units (in the sm_90 SASS the HGMMAs are interleaved with the MUFU.EX2s; without it
+    a wait for all wgmmas sits between the two). Costs a second [BM, BN] fp32 score tile in registers and one
+    wasted tile of scores a call (the last iteration's)."""
+    if PIPE:  # the prologue: the first tile's scores (a masked load: the loop may be empty)
+        k = _kv_tile(k_base, k_desc, b, hk, k0, lo, len_k, sks, skd, HEAD_DIM, BLOCK_D, BLOCK_N, True, USE_TMA,
+                     VARLEN)
+        if UPCAST:
+            k = k.to(tl.float32)
+        qk_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _kv_tile(k_base, k_desc, b, hk, k0, start_n, len_k, sks, skd, HEAD_DIM, BLOCK_D, BLOCK_N, MASK, USE_TMA,
-                     VARLEN)  # [BN, BD]
-        if UPCAST:
-            k = k.to(tl.float32)
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [BM, BN] fp32, unscaled
+        if PIPE:
+            qk = qk_next
+            # the next tile; in unmasked loops the last iteration reloads its own tile (always in bounds, unused)
+            nxt = start_n + BLOCK_N if MASK else tl.minimum(start_n + BLOCK_N, hi - BLOCK_N)
+            k = _kv_tile(k_base, k_desc, b, hk, k0, nxt, len_k, sks, skd, HEAD_DIM, BLOCK_D, BLOCK_N, MASK, USE_TMA,
+                         VARLEN)
+            if UPCAST:
+                k = k.to(tl.float32)
+            qk_next = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        else:
+            k = _kv_tile(k_base, k_desc, b, hk, k0, start_n, len_k, sks, skd, HEAD_DIM, BLOCK_D, BLOCK_N, MASK,
+                         USE_TMA, VARLEN)  # [BN, BD]
+            if UPCAST:
+                k = k.to(tl.float32)
+            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # [BM, BN] fp32, unscaled
         if MASK:
             valid = (offs_n < len_k)[None, :]
             if CAUSAL:
@@ -295,7 +317,7 @@ def _flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, k_desc, v_desc, cu_q_
                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SKIP: tl.constexpr, LAZY_EXP2: tl.constexpr,
                       LONGEST_FIRST: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                      WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr):
+                      WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr, PIPE: tl.constexpr = False):
     """One program per (BM query rows, batch x query head): q stays in registers, k and v stream through once
     (read D elements of k and v per key, write o and lse once: the minimum traffic)."""
     pid_m = tl.program_id(0)
@@ -325,14 +347,14 @@ def _flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, k_desc, v_desc, cu_q_
             full_hi = (tl.maximum(full, 0) // BLOCK_N) * BLOCK_N
             acc, l_i, m_i = _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, skd, svs,
                                       svd, 0, full_hi, len_k, offs_m, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
-                                      False, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, WARP_SPEC, USE_TMA, VARLEN)
+                                      False, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, WARP_SPEC, USE_TMA, VARLEN, PIPE)
             acc, l_i, m_i = _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, skd, svs,
                                       svd, full_hi, hi, len_k, offs_m, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
-                                      True, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, False, USE_TMA, VARLEN)
+                                      True, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, False, USE_TMA, VARLEN, PIPE)
         else:
             acc, l_i, m_i = _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, skd, svs,
                                       svd, 0, len_k, len_k, offs_m, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
-                                      True, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, False, USE_TMA, VARLEN)
+                                      True, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, False, USE_TMA, VARLEN, PIPE)
         # epilogue: exact normalization; a row that saw no key has l = 0 -> o = 0, lse = -inf
         empty = l_i == 0.0
         l_safe = tl.where(empty, 1.0, l_i)
@@ -364,6 +386,7 @@ class AttentionConfig:
     num_stages: int
     warp_specialize: bool = False
     tma: bool = False
+    pipeline: bool = False  # the next tile's scores computed before this tile's softmax (_kv_tiles' PIPE)
 
     def smem_bytes(self, block_d: int, elt: int) -> int:
         """q's tile plus ``num_stages`` buffered k and v tiles (an estimate of what the pipeliner allocates)."""
@@ -386,6 +409,15 @@ def default_config(d: int) -> AttentionConfig:
     return AttentionConfig(64, 64, 8, 2)
 
 
+def pipelined_config(d: int) -> AttentionConfig:
+    """The pipelined rung's fixed config: two fp32 score tiles live at once, so D <= 64 takes 8 warps (4 spill 56
+    bytes at 128 x 64) and D 256 32-key tiles (sm_90 registers: 168 at D64, 237 at D128, 247 at D256, no spills)."""
+    bd = block_d(d)
+    if bd <= 128:
+        return AttentionConfig(128, 64, 8, 3, pipeline=True)
+    return AttentionConfig(64, 32, 8, 2, pipeline=True)
+
+
 def fit(cfg: AttentionConfig, max_q: int, max_k: int) -> AttentionConfig:
     """Shrink a tile taller or wider than the problem (decoding has one query row; 16 is tl.dot's minimum)."""
     bm = min(cfg.BLOCK_M, max(16, triton.next_power_of_2(max(max_q, 1))))
@@ -393,7 +425,7 @@ def fit(cfg: AttentionConfig, max_q: int, max_k: int) -> AttentionConfig:
     if (bm, bn) == (cfg.BLOCK_M, cfg.BLOCK_N):
         return cfg
     warps = cfg.num_warps if bm * bn >= 64 * 64 else 4
-    return AttentionConfig(bm, bn, warps, cfg.num_stages, cfg.warp_specialize, cfg.tma)
+    return AttentionConfig(bm, bn, warps, cfg.num_stages, cfg.warp_specialize, cfg.tma, cfg.pipeline)
 
 
 # (BM, BN, warps, stages, TMA): shapes that suit Hopper's wgmma (m64 per warpgroup), big to small. No warp-
@@ -404,10 +436,13 @@ _CANDIDATES = (
     (128, 64, 4, 3, False), (128, 32, 4, 4, False), (64, 128, 4, 3, False), (64, 64, 4, 3, False),
     (64, 64, 8, 2, False), (64, 32, 8, 3, False), (128, 128, 8, 2, True), (128, 64, 8, 3, True),
 )
+# the pipelined rung's configurations that keep two score tiles and the accumulator within the register file
+_PIPELINED = ((128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3))
 
 
 def _configs(dtype) -> list[AttentionConfig]:
-    return [AttentionConfig(bm, bn, w, s, tma=tma) for bm, bn, w, s, tma in _CANDIDATES]
+    return ([AttentionConfig(bm, bn, w, s, tma=tma) for bm, bn, w, s, tma in _CANDIDATES]
+            + [AttentionConfig(bm, bn, w, s, pipeline=True) for bm, bn, w, s in _PIPELINED])
 
 
 def _elt(dtype) -> int:
@@ -427,8 +462,11 @@ def _prune(cfg: AttentionConfig, size, dtype, limits: tune.Limits) -> str | None
         return f"{acc} fp32 accumulators per thread (> 64: with the score tile and P, over 255 registers)"
     if cfg.BLOCK_M == 64 and cfg.num_warps == 8 and bd < 256:
         return "8 warps on 64 query rows: only for D = 256, whose accumulator 4 warps cannot hold"
-    if cfg.BLOCK_M * cfg.BLOCK_N // (32 * cfg.num_warps) > 64:
+    scores = cfg.BLOCK_M * cfg.BLOCK_N // (32 * cfg.num_warps)
+    if scores > 64:
         return "score tile over 64 registers per thread"
+    if cfg.pipeline and 2 * scores + acc > 128:
+        return f"two score tiles and the accumulator take {2 * scores + acc} registers a thread (> 128)"
     if cfg.BLOCK_M > max(16, tune.pow2_bucket(p.sq)) or cfg.BLOCK_N > max(16, tune.pow2_bucket(p.skv)):
         return "tile larger than the problem"
     return None
@@ -573,17 +611,18 @@ def _launch_flash(q, k, v, out, lse, p: _Problem, causal: bool, scale: float, cf
         HEAD_DIM=p.d, BLOCK_D=bd, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, CAUSAL=causal, VARLEN=p.varlen,
         SKIP=skip, LAZY_EXP2=lazy_exp2, LONGEST_FIRST=longest_first and causal, UPCAST=_upcast(q.dtype),
         PRECISION=_precision(q.dtype), WARP_SPEC=cfg.warp_specialize, USE_TMA=k_desc is not None,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        PIPE=cfg.pipeline, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
 
 
-def _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse, **switches):
+def _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse,
+                pipeline: bool = False, **switches):
     lse = _scratch_lse(out, cu_seqlens_q is not None, lse)
     p = _problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse)
     if _trivial(p, out, lse):
         return out
     scale = 1.0 / math.sqrt(p.d) if scale is None else scale
-    cfg = fit(default_config(p.d), p.max_q, p.max_k)
+    cfg = fit(pipelined_config(p.d) if pipeline else default_config(p.d), p.max_q, p.max_k)
     return _launch_flash(q, k, v, out, lse, p, causal, scale, cfg, **switches)
 
 
@@ -635,6 +674,13 @@ def attention_exp2_lazy(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal
     """causal_skip in the exp2 domain with the scale folded in, rescaling only when a row max grows by > 2^8."""
     return _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse,
                        skip=True, lazy_exp2=True, longest_first=False)
+
+
+def attention_pipelined(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False, scale=None,
+                        max_seqlen_q=None, max_seqlen_k=None, out, lse=None):
+    """exp2_lazy with the next key tile's scores computed before this tile's softmax (their wgmma overlaps it)."""
+    return _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse,
+                       pipeline=True, skip=True, lazy_exp2=True, longest_first=False)
 
 
 def launch_tuned(q, k, v, out, lse, p: _Problem, causal: bool, scale: float, cfg: AttentionConfig):
