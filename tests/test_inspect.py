@@ -280,6 +280,15 @@ def test_compile_triton_vectorises_as_the_alignment_allows(sass_tool):
     assert ki.analyze(aligned).mix.widths[LDG] == {128: 4}  # n % 16 == 0: whole float4s
 
 
+def test_compile_triton_register_cap():
+    # the kernel's uncapped count, then ptxas held under Triton's maxnreg (spilling whatever does not fit)
+    free = ki.compile_triton(_scale_add_kernel, SCALE_ADD_SIG, {"BLOCK": 8192}, num_warps=4)
+    capped = ki.compile_triton(_scale_add_kernel, SCALE_ADD_SIG, {"BLOCK": 8192}, num_warps=4, maxnreg=40)
+    n_free, n_capped = (ki.read_cubin(a.cubin, a.kernel).registers for a in (free, capped))
+    assert n_free > 40 >= n_capped, (n_free, n_capped)
+    assert "maxnreg=40" in capped.note and "maxnreg" not in free.note
+
+
 @pytest.mark.skipif(not runtime.interpreting(), reason="checks the interpreter path (KW_DEVICE=cpu)")
 def test_compile_triton_after_the_interpreter_ran_and_before_it_runs_again():
     import torch
