@@ -280,6 +280,13 @@ def test_compile_triton_vectorises_as_the_alignment_allows(sass_tool):
     assert ki.analyze(aligned).mix.widths[LDG] == {128: 4}  # n % 16 == 0: whole float4s
 
 
+def test_mma_amid_mufu_counts_wgmmas_issued_inside_the_exponentials():
+    h, e, f = "HGMMA.64x64x16.F32.BF16", "MUFU.EX2", "FFMA"
+    assert ki.instruction_mix([h, h, "WARPGROUP.DEPBAR.LE", e, e, f, h]).mma_amid_mufu == 0  # behind a wait
+    assert ki.instruction_mix([e, f, h, f, e, h, "NOP", e]).mma_amid_mufu == 2  # both between exponentials
+    assert ki.instruction_mix([e] + [f] * ki.AMID + [h, e]).mma_amid_mufu == 0  # the MUFU before is too far
+
+
 def test_compile_triton_register_cap():
     # the kernel's uncapped count, then ptxas held under Triton's maxnreg (spilling whatever does not fit)
     free = ki.compile_triton(_scale_add_kernel, SCALE_ADD_SIG, {"BLOCK": 8192}, num_warps=4)

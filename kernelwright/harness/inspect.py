@@ -365,7 +365,10 @@ class InstructionMix:
     ``classes`` maps every :data:`MIX_CLASSES` entry to its count, ``opcodes`` each opcode with its modifiers,
     ``widths`` each memory class to ``{bits per thread: count}``; ``local_store_bytes`` / ``local_load_bytes``
     are the bytes per thread that the STL / LDL instructions move, which is what ``ptxas -v`` reports as spill
-    stores / loads, plus the accesses to local arrays when the kernel has any.
+    stores / loads, plus the accesses to local arrays when the kernel has any. ``mma_amid_mufu``: tensor-core
+    MMAs with a MUFU instruction among the :data:`AMID` instructions before them and among the :data:`AMID` after,
+    i.e. issued in the middle of special-function work (an asynchronous wgmma there overlaps it, as in
+    FlashAttention-3's softmax; 0 when every MMA waits behind or ahead of the exponentials).
     """
 
     total: int
@@ -374,6 +377,18 @@ class InstructionMix:
     widths: dict[str, dict[int, int]]
     local_store_bytes: int
     local_load_bytes: int
+    mma_amid_mufu: int = 0
+
+
+AMID = 6
+"""the window, in instructions on each side, within which :attr:`InstructionMix.mma_amid_mufu` looks for MUFU"""
+
+
+def _mma_amid_mufu(opcodes: list[str]) -> int:
+    ops = [op for op in opcodes if op != "NOP"]
+    mufu = [classify(op) == MIX_CLASSES[3] for op in ops]
+    return sum(1 for i, op in enumerate(ops) if classify(op) == MIX_CLASSES[0]
+               and any(mufu[max(0, i - AMID):i]) and any(mufu[i + 1:i + 1 + AMID]))
 
 
 def instruction_mix(opcodes: list[str]) -> InstructionMix:
@@ -406,6 +421,7 @@ def instruction_mix(opcodes: list[str]) -> InstructionMix:
         widths={cls: dict(sorted(w.items())) for cls, w in widths.items()},
         local_store_bytes=local["STL"],
         local_load_bytes=local["LDL"],
+        mma_amid_mufu=_mma_amid_mufu(opcodes),
     )
 
 
@@ -591,6 +607,10 @@ def format_report(report: Report) -> str:
     if report.mix:
         lines.append(f"SASS       {report.mix.total} instructions (static count, from {report.sass_tool})")
         lines += _mix_rows(report.mix)
+        mma = report.mix.classes[MIX_CLASSES[0]]
+        if mma and report.mix.classes[MIX_CLASSES[3]]:
+            lines.append(f"overlap    {report.mix.mma_amid_mufu} of {mma} tensor-core MMAs issued amid MUFU work "
+                         f"(a MUFU within {AMID} instructions on both sides)")
     lines += [f"missing    {m}" for m in report.missing]
     lines += [f"warning    {w}" for w in report.warnings]
     return "\n".join(lines)
