@@ -410,12 +410,14 @@ def default_config(d: int) -> AttentionConfig:
 
 
 def pipelined_config(d: int) -> AttentionConfig:
-    """The pipelined rung's fixed config: two fp32 score tiles live at once, so D <= 64 takes 8 warps (4 spill 56
-    bytes at 128 x 64) and D 256 32-key tiles (sm_90 registers: 168 at D64, 237 at D128, 247 at D256, no spills)."""
+    """The pipelined rung's fixed config: k and v by TMA (where the layout allows; pointers otherwise), 128 x 64
+    tiles over 8 warps (64 x 32 at D 256). sm_90 SASS, bf16 at 4k, non-causal: with TMA ptxas interleaves 6 of
+    the 40 HGMMAs with the softmax's MUFU.EX2s (185 registers at D128, 128 at D64, 223 at D256, no spills); with
+    pointer loads over 8 warps it interleaves none (194 registers), the same order as exp2_lazy."""
     bd = block_d(d)
     if bd <= 128:
-        return AttentionConfig(128, 64, 8, 3, pipeline=True)
-    return AttentionConfig(64, 32, 8, 2, pipeline=True)
+        return AttentionConfig(128, 64, 8, 3, tma=True, pipeline=True)
+    return AttentionConfig(64, 32, 8, 2, tma=True, pipeline=True)
 
 
 def fit(cfg: AttentionConfig, max_q: int, max_k: int) -> AttentionConfig:
@@ -436,13 +438,15 @@ _CANDIDATES = (
     (128, 64, 4, 3, False), (128, 32, 4, 4, False), (64, 128, 4, 3, False), (64, 64, 4, 3, False),
     (64, 64, 8, 2, False), (64, 32, 8, 3, False), (128, 128, 8, 2, True), (128, 64, 8, 3, True),
 )
-# the pipelined rung's configurations that keep two score tiles and the accumulator within the register file
-_PIPELINED = ((128, 64, 8, 3), (128, 64, 8, 2), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 3))
+# the pipelined rung's configurations that keep two score tiles and the accumulator within the register file;
+# mostly TMA ones, the loads with which ptxas interleaves the next scores' HGMMAs with the softmax (pipelined_config)
+_PIPELINED = ((128, 64, 8, 3, True), (128, 64, 8, 2, True), (64, 64, 4, 3, True), (128, 32, 4, 3, True),
+              (128, 64, 8, 3, False), (64, 64, 4, 3, False))
 
 
 def _configs(dtype) -> list[AttentionConfig]:
     return ([AttentionConfig(bm, bn, w, s, tma=tma) for bm, bn, w, s, tma in _CANDIDATES]
-            + [AttentionConfig(bm, bn, w, s, pipeline=True) for bm, bn, w, s in _PIPELINED])
+            + [AttentionConfig(bm, bn, w, s, tma=tma, pipeline=True) for bm, bn, w, s, tma in _PIPELINED])
 
 
 def _elt(dtype) -> int:
