@@ -294,6 +294,9 @@ def test_compile_triton_register_cap():
     n_free, n_capped = (ki.read_cubin(a.cubin, a.kernel).registers for a in (free, capped))
     assert n_free > 40 >= n_capped, (n_free, n_capped)
     assert "maxnreg=40" in capped.note and "maxnreg" not in free.note
+    for bad in (0, 300, 40.5):
+        with pytest.raises(UsageError, match="maxnreg"):
+            ki.compile_triton(_scale_add_kernel, SCALE_ADD_SIG, {"BLOCK": 8192}, maxnreg=bad)
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="checks the interpreter path (KW_DEVICE=cpu)")

@@ -707,6 +707,8 @@ def compile_triton(fn, signature: dict[str, str], constexprs: dict[str, object],
         fn = fn.fn
     if not isinstance(fn, (JITFunction, InterpretedFunction)):
         raise UsageError(f"fn: expected a @triton.jit function, got {type(fn).__name__}")
+    if maxnreg is not None and not (isinstance(maxnreg, int) and 16 <= maxnreg <= 255):
+        raise UsageError(f"maxnreg: expected an int from 16 to 255 registers a thread, got {maxnreg!r}")
     if isinstance(fn, InterpretedFunction):
         _undo_interpreter_leak(triton.language)
     jit = _compiled_view(fn, {})
@@ -724,9 +726,9 @@ def compile_triton(fn, signature: dict[str, str], constexprs: dict[str, object],
         knobs.runtime.interpret = False
         compiled = triton.compile(ASTSource(jit, sig, dict(constexprs), attrs), target=GPUTarget("cuda", arch, 32),
                                   options={"num_warps": num_warps, "num_stages": num_stages,
-                                           **({"maxnreg": maxnreg} if maxnreg else {})})
+                                           **({"maxnreg": maxnreg} if maxnreg is not None else {})})
     md = compiled.metadata
     return Artifact(kernel=md.name, cubin=compiled.asm["cubin"], threads_per_block=32 * md.num_warps,
                     dynamic_smem=md.shared, grid=tuple(grid), source=jit.src,
                     note=f"triton {triton.__version__}, num_warps={num_warps}, num_stages={num_stages}"
-                    + (f", maxnreg={maxnreg}" if maxnreg else ""))
+                    + (f", maxnreg={maxnreg}" if maxnreg is not None else ""))
