@@ -57,11 +57,14 @@ case "${1:-one}" in
     grep -E "passed|failed" "$LOG" | tail -2
     step 60 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$CORE" --variant exp2_lazy \
       --variant pipelined --variant sdpa_flash --variant sdpa_cudnn --max-seconds 1
-    step 150 python3 -m kernelwright.cli tune attention --variant tuned --dtypes bf16 --sizes "$TUNE" --force
+    # the D128 buckets only (13 candidates each after pruning, 5 of them pipelined): the D64 ones (16 each) in the
+    # next call, with `--sizes 8x32x32x2048x2048x64,8x32x32x2048x2048x64:causal`
+    step 220 python3 -m kernelwright.cli tune attention --variant tuned --dtypes bf16 --force \
+      --sizes 4x32x32x4096x4096x128,4x32x32x4096x4096x128:causal
     tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
     KW_AUTOTUNE=0 step 120 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$SCALING" \
       --variant tuned --variant pipelined --variant exp2_lazy --variant sdpa_flash --variant sdpa_cudnn \
-      --max-seconds 1
+      --max-seconds 0.5
     ;;
 esac
 python3 -m kernelwright.cli results >> "$LOG" 2>&1
