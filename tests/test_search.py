@@ -25,7 +25,7 @@ from kernelwright.errors import UsageError
 from kernelwright.eval.archive import Archive
 from kernelwright.eval.problemset import PROBLEMS_DIR, load_problem
 from kernelwright.search import kernels
-from kernelwright.search.builtin import BuiltinProposer, analyze, candidate_source
+from kernelwright.search.builtin import VENDOR_KINDS, BuiltinProposer, analyze, candidate_source
 from kernelwright.search.cli import main as optimize_main
 from kernelwright.search.llm import LLMClient, LLMError, LLMProposer, extract_code
 from kernelwright.search.optimize import optimize
@@ -173,12 +173,27 @@ def test_compile_plans_move_forward_once_compile_beats_a_candidate():
     assert bp2.propose(state).label == queued[0] != "compile=default"
 
 
+def test_multi_site_problems_leave_the_gemms_to_cublas_first():
+    # l3/01 (runs 19-23): its 49 s box held one plan, every site including the seven GEMMs, at 0.87x eager
+    bp = BuiltinProposer(str(PROBLEMS_DIR / "level3/01_llama_block_bf16.py"), device="cuda",
+                         compile_modes=("default",))
+    first, second = bp.queue[:2]
+    assert first.sites and not any(k in VENDOR_KINDS for k, _ in first.sites)
+    assert {k for k, _ in first.sites} >= {"rope_pair", "swiglu", "attention"}  # the row ops all stay
+    assert second.sites == bp.combo().sites and any(k in VENDOR_KINDS for k, _ in second.sites)
+    # one site (a GEMM with its epilogue) is a ladder question: its variants come first, as before
+    bp1 = BuiltinProposer(str(PROBLEMS_DIR / "level2/13_out_proj_residual_bf16.py"), device="cpu")
+    assert bp1.label(bp1.queue[0]) == "linear_epilogue@add=auto"
+
+
 def test_best_option_per_site_combines_what_was_learned():
     from kernelwright.search.state import Evaluated, SearchState
 
     bp = BuiltinProposer(str(PROBLEMS_DIR / "level2/03_swiglu_mlp_bf16.py"), device="cpu")
     state = SearchState("", "", "cpu")
-    assert bp.propose(state).label == "all" and bp.coordinate_best() is None  # nothing judged yet
+    # nothing judged yet: the GEMMs left to cuBLAS first, then every site
+    assert [bp.propose(state).label for _ in range(2)] == ["swiglu@mul=auto", "all"]
+    assert bp.coordinate_best() is None
     fits = {"all": 1.0, "all -linear@linear_2": 1.2, "all +swiglu@mul=fused": 1.1, "all -swiglu@mul": 0.0}
     for label, fit in fits.items():
         plan = next(p for p in [bp.combo(), *bp.queue] if bp.label(p) == label)

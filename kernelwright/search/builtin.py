@@ -11,7 +11,9 @@ A *plan* picks some non-overlapping sites, a variant for each (``None``: the fam
 and optionally a ``torch.compile`` mode; :func:`candidate_source` turns it into a self-contained candidate file
 (see :mod:`kernelwright.search.rewrite`). :class:`BuiltinProposer` proposes, in order:
 
-1. every site at once, each with the family's choice (fusions preferred where sites overlap); where that plan is
+1. where the problem has several sites: every site but the GEMMs (:data:`VENDOR_KINDS`: left to cuBLAS), then
+   every site at once, each with the family's choice (fusions preferred
+   where sites overlap); where that plan is
    one site (a single op, or one fused op such as a linear with its epilogue), then each of its variants, top
    first, and the overlapping alternatives, before any ``torch.compile`` (a rung costs seconds to judge, a compile
    tens of seconds, and the question on a single op is which rung is best); a linear epilogue that cuBLASLt can
@@ -278,6 +280,12 @@ class ModelNew(Model):
     return "\n".join(head) + "\n" + reference_source.rstrip("\n") + "\n" + tail
 
 
+VENDOR_KINDS = ("linear", "linear_epilogue", "matmul")
+"""site kinds whose eager op is a cuBLAS GEMM, which our matmul ladder trails: a multi-site problem's first plan
+leaves them to torch (see :meth:`BuiltinProposer._initial`); later plans still try them. (Attention is not here:
+SDPA's backend depends on the call, e.g. ``enable_gqa=True`` gave l2/11 a 1.75x win with our kernel.)"""
+
+
 @dataclass
 class _Plan:
     sites: dict[tuple[str, str], str | None] = field(default_factory=dict)
@@ -330,11 +338,11 @@ class BuiltinProposer:
         pref = {k: i for i, k in enumerate(patterns.FUSED)}
         return sorted(self.analysis.sites, key=lambda s: pref[s.kind])
 
-    def combo(self) -> _Plan:
+    def combo(self, exclude: tuple[str, ...] = ()) -> _Plan:
         """Every site the family's way, fusions first, overlapping sites left out; adds (vector_add) only when
-        nothing else is there."""
+        nothing else is there; sites of the kinds in ``exclude`` left to torch (see :data:`VENDOR_KINDS`)."""
         chosen: list[SiteInfo] = []
-        ranked = self._ranked()
+        ranked = [s for s in self._ranked() if s.kind not in exclude]
         if any(s.kind != "add" for s in ranked):
             ranked = [s for s in ranked if s.kind != "add"]
         for s in ranked:
@@ -363,7 +371,12 @@ class BuiltinProposer:
                     *(self._with(combo, s, None) for s in others),
                     *(_Plan({}, m) for m in self.compile_modes),
                     *([_Plan(combo.sites, self.compile_modes[0])] if self.compile_modes else [])]
-        plans = [combo, *(_Plan({}, m) for m in self.compile_modes)]
+        # the GEMMs left to cuBLAS first: cheap to judge (no matmul to tune) and, on the H200, the likeliest to
+        # beat eager (runs 15-27: every best plan that replaced a GEMM with our Triton matmul stayed under 1.0x
+        # eager, l3/01 and l3/02's 49-130 s boxes held that one plan and nothing else)
+        lean = self.combo(exclude=VENDOR_KINDS)
+        plans = [*([lean] if lean.sites and lean.sites != combo.sites else []), combo,
+                 *(_Plan({}, m) for m in self.compile_modes)]
         if self.compile_modes:  # our sites with Inductor fusing the glue between them: on a fused sequence the
             plans.append(_Plan(combo.sites, self.compile_modes[0]))  # likeliest winner after the two above
         if len(chosen) > 1:  # leave one out: finds the substitutions that cost more than they save
