@@ -8,6 +8,7 @@
 #                                                               # the report
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh pipelined  # the pipelined rung against exp2_lazy, the
 #                                                                     # re-tuned rung, the D128 sweep
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh buckets    # tune the buckets tune.tgz lacks, bench them
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed).
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
@@ -65,6 +66,16 @@ case "${1:-one}" in
     KW_AUTOTUNE=0 step 120 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$SCALING" \
       --variant tuned --variant pipelined --variant exp2_lazy --variant sdpa_flash --variant sdpa_cudnn \
       --max-seconds 0.5
+    ;;
+  buckets)
+    # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at
+    # those lengths on the new configs: without a cached config `tuned` runs exp2_lazy's default under
+    # KW_AUTOTUNE=0 (run 29's 1k D128 row: 363 against run 13's tuned 407)
+    B="8x32x32x2048x2048x64,8x32x32x2048x2048x64:causal,16x32x32x1024x1024x128,16x32x32x1024x1024x128:causal"
+    step 150 python3 -m kernelwright.cli tune attention --variant tuned --dtypes bf16 --sizes "$B"
+    tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
+    KW_AUTOTUNE=0 step 60 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$B" --variant tuned \
+      --variant exp2_lazy --variant sdpa_flash --variant sdpa_cudnn --max-seconds 0.5
     ;;
 esac
 python3 -m kernelwright.cli results >> "$LOG" 2>&1

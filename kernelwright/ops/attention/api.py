@@ -119,7 +119,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if _wants_grad(q, k, v):
         return _autograd()(q, k, v, causal=causal, scale=scale, cu_seqlens_q=None, cu_seqlens_k=None,
                            max_seqlen_q=None, max_seqlen_k=None, return_lse=return_lse)
-    o, lse = attention_forward(q, k, v, causal=causal, scale=scale, variant=variant)
+    if torch.compiler.is_compiling():  # the custom op, opaque to Inductor (see autograd._attention_fwd_op)
+        _autograd()  # registers it
+        o, lse = torch.ops.kernelwright.attention_fwd(q, k, v, causal, scale, None, None, None, None, False, variant)
+    else:
+        o, lse = attention_forward(q, k, v, causal=causal, scale=scale, variant=variant)
     return (o, lse) if return_lse else o
 
 
@@ -160,9 +164,14 @@ def attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
         return _autograd()(q, k, v, causal=causal, scale=scale, cu_seqlens_q=cu_seqlens_q,
                            cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                            return_lse=return_lse)
-    o, lse = attention_forward(q, k, v, causal=causal, scale=scale, cu_seqlens_q=cu_seqlens_q,
-                               cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                               variant=variant)
+    if torch.compiler.is_compiling():  # the custom op, opaque to Inductor (see autograd._attention_fwd_op)
+        _autograd()  # registers it
+        o, lse = torch.ops.kernelwright.attention_fwd(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k,
+                                                      max_seqlen_q, max_seqlen_k, False, variant)
+    else:
+        o, lse = attention_forward(q, k, v, causal=causal, scale=scale, cu_seqlens_q=cu_seqlens_q,
+                                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                                   variant=variant)
     return (o, lse) if return_lse else o
 
 

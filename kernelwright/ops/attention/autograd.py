@@ -17,11 +17,12 @@ from kernelwright.errors import UsageError
 from kernelwright.ops import _validate
 
 
-def _forward(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+def _forward(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, variant=None):
     from kernelwright.ops.attention.api import attention_forward
 
     return attention_forward(q, k, v, causal=causal, scale=scale, cu_seqlens_q=cu_seqlens_q,
-                             cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+                             cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                             variant=variant)
 
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -105,13 +106,16 @@ def _check_saved(do, q, o, lse, dlse, varlen: bool) -> None:
 @torch.library.custom_op("kernelwright::attention_fwd", mutates_args=())
 def _attention_fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                       cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None, max_seqlen_q: int | None,
-                      max_seqlen_k: int | None, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, lse); ``deterministic`` is for the backward (recorded with the saved tensors)."""
-    return _forward(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                      max_seqlen_k: int | None, deterministic: bool,
+                      variant: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse); ``deterministic`` is for the backward (recorded with the saved tensors); ``variant`` picks the
+    forward's rung (the no-grad call under ``torch.compile`` comes here too: traced into, the Triton launch would be
+    recompiled by Inductor with the float scale as fp64, which the kernel's loop-carried types refuse)."""
+    return _forward(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, variant)
 
 
 @_attention_fwd_op.register_fake
-def _(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic):
+def _(q, k, v, causal, scale, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, deterministic, variant=None):
     lse_shape = (q.shape[1], q.shape[0]) if cu_seqlens_q is not None else q.shape[:3]
     return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
 
@@ -134,7 +138,7 @@ def _(do, q, k, v, o, lse, dlse, causal, scale, cu_seqlens_q, cu_seqlens_k, max_
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, cu_q, cu_k, max_q, max_k, deterministic = inputs
+    q, k, v, causal, scale, cu_q, cu_k, max_q, max_k, deterministic, *_ = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
     ctx.causal, ctx.scale, ctx.max_q, ctx.max_k, ctx.deterministic = causal, scale, max_q, max_k, deterministic
@@ -146,7 +150,7 @@ def _backward(ctx, do, dlse):
         do = torch.zeros_like(o)
     dq, dk, dv = torch.ops.kernelwright.attention_bwd(do, q, k, v, o, lse, dlse, ctx.causal, ctx.scale, cu_q, cu_k,
                                                       ctx.max_q, ctx.max_k, ctx.deterministic)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 _attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)
@@ -174,7 +178,7 @@ class AttentionFunction(torch.autograd.Function):
         dq, dk, dv = attention_backward(do, q, k, v, o, lse, causal=ctx.causal, scale=ctx.scale, dlse=dlse,
                                         cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=ctx.max_q,
                                         max_seqlen_k=ctx.max_k, deterministic=ctx.deterministic)
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 def attention_autograd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

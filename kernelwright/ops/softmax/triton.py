@@ -123,10 +123,17 @@ def _softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.co
     tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)  # write D
 
 
+FUSED_NARROW_WARPS: int | None = None
+"""Experiment switch (``benchmarks/experiments/switch_bench.py``): warps a program of the fused rung for rows of at
+most 1024 columns (None: :func:`_warps`, 4). torch's softmax gives such rows one warp each (kw optimize's l1/06,
+65536 x 512 fp32: our fused rung 0.99x eager in run 23)."""
+
+
 def _fused(x2: torch.Tensor, y2: torch.Tensor, log: bool = False) -> None:
     R, D = x2.shape
     block = triton.next_power_of_2(D)
-    _softmax_fused_kernel[(R,)](x2, y2, D, x2.stride(0), y2.stride(0), BLOCK=block, LOG=log, num_warps=_warps(block))
+    warps = FUSED_NARROW_WARPS if FUSED_NARROW_WARPS and block <= 1024 else _warps(block)
+    _softmax_fused_kernel[(R,)](x2, y2, D, x2.stride(0), y2.stride(0), BLOCK=block, LOG=log, num_warps=warps)
 
 
 def softmax_fused(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor, log: bool = False) -> torch.Tensor:
