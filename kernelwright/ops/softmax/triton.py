@@ -123,10 +123,11 @@ def _softmax_fused_kernel(x_ptr, y_ptr, n_cols, x_stride, y_stride, BLOCK: tl.co
     tl.store(y_ptr + row * y_stride + cols, to_output(y, y_ptr.dtype.element_ty), mask=mask)  # write D
 
 
-FUSED_NARROW_WARPS: int | None = None
-"""Experiment switch (``benchmarks/experiments/switch_bench.py``): warps a program of the fused rung for rows of at
-most 1024 columns (None: :func:`_warps`, 4). torch's softmax gives such rows one warp each (kw optimize's l1/06,
-65536 x 512 fp32: our fused rung 0.99x eager in run 23)."""
+FUSED_NARROW_WARPS: int | None = 2
+"""Warps a program of the fused rung for rows of at most 1024 columns (None: :func:`_warps`, 4); a switch for
+``benchmarks/experiments/switch_bench.py``. Run 31 (H200, 65536 x 512, kw bench): 4 warps 3.83 TB/s fp32 / 2.62
+bf16, 2 warps (and 1) 3.98 / 3.03, torch 3.80 / 2.41 (kw optimize's l1/06 had the fused rung at 0.99x eager).
+Measured at 512 columns only."""
 
 
 def _fused(x2: torch.Tensor, y2: torch.Tensor, log: bool = False) -> None:
