@@ -92,6 +92,39 @@ def test_parse_sass_reads_both_tools_and_drops_predicates():
     assert ki.parse_sass(cuobjdump) == ki.parse_sass(nvdisasm) == {"k": ["LDC", "LDG.E.128"]}
 
 
+def _sass(body: list[tuple[int, str]], nvdisasm: bool) -> str:
+    """A function ``k`` in either tool's format; ``BRA ->N`` branches to the instruction at address N."""
+    targets = {int(op.split("->")[1]) for _, op in body if "->" in op}
+    lines = ['\t.section\t.text.k,"ax",@progbits' if nvdisasm else "\t\tFunction : k"]
+    for addr, op in body:
+        if nvdisasm and addr in targets:
+            lines.append(f".L_x_{addr}:")
+        if "->" in op:
+            name, to = op.split(" ->")
+            op = f"{name} `(.L_x_{to})" if nvdisasm else f"{name} 0x{int(to):x}"
+        lines.append(f"        /*{addr:04x}*/              {op} ;")
+    return "\n".join(lines) + "\n"
+
+
+def test_find_loops_reports_innermost_loops_per_iteration_in_both_formats():
+    body = [(0x00, "LDC R1, c[0x0][0x28]")]
+    body += [(0x10 + 16 * i, op) for i, op in enumerate(
+        ["HGMMA.64x64x16.F32.BF16 R0, gdesc[UR4], RZ", "MUFU.EX2 R3, R3", "MUFU.EX2 R4, R4",
+         "BAR.SYNC.DEFER_BLOCKING 0x0", "WARPGROUP.DEPBAR.LE gsb0, 0x0", "FFMA R1, R2, R3, R4", "NOP",
+         "@P0 BRA ->16"])]  # the inner loop: 0x10..0x80, back to its first instruction
+    body += [(0x90, "IADD3 R5, R5, 0x1, RZ"), (0xa0, "@P1 BRA ->16"),  # an outer loop around it: not innermost
+             (0xb0, "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2"), (0xc0, "@!P0 BRA ->176"),  # a spin-wait
+             (0xd0, "@P2 BRA ->240"), (0xe0, "STG.E desc[UR4][R2.64], R1"), (0xf0, "EXIT")]  # a forward branch
+    found = [ki.find_loops(_sass(body, nv), "k", min_instructions=3) for nv in (False, True)]
+    assert found[0] == found[1] and len(found[0]) == 1
+    (loop,) = found[0]
+    assert (loop.start, loop.end, loop.mix.total) == (0x10, 0x80, 7)  # NOP left out
+    assert ki.loop_summary(loop) == "0x0010-0x0080: 7 instructions (MMA 1, MUFU 2, BAR.SYNC 1, wgmma waits 1)"
+    assert ki.find_loops(_sass(body, False), "k", min_instructions=2) == found[0] + [
+        ki.Loop(0xb0, 0xc0, ki.instruction_mix(["SYNCS.PHASECHK.TRANS64.TRYWAIT", "BRA"]))]  # the spin-wait too
+    assert ki.find_loops(_sass(body, False), "other") == []
+
+
 # --- NVRTC cubins ------------------------------------------------------------------------------------------------
 FLOAT4 = r"""
 extern "C" __global__ void add4(const float4* __restrict__ a, const float4* __restrict__ b, float4* __restrict__ c,
@@ -200,6 +233,7 @@ def test_nvdisasm_gives_the_same_mix_as_cuobjdump(nvrtc, monkeypatch):
     with_nvdisasm = ki.analyze(artifact)
     assert "nvdisasm" in with_nvdisasm.sass_tool and "cuobjdump" in with_cuobjdump.sass_tool
     assert with_nvdisasm.mix == with_cuobjdump.mix
+    assert with_nvdisasm.loops == with_cuobjdump.loops  # branch targets: addresses in one, labels in the other
 
 
 def test_missing_tools_are_reported_not_raised(nvrtc, monkeypatch):

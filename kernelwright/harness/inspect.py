@@ -440,18 +440,8 @@ def parse_sass(text: str) -> dict[str, list[str]]:
     return functions
 
 
-def disassemble(cubin: bytes, kernel: str) -> tuple[list[str] | None, str | None, list[str]]:
-    """SASS opcodes of ``kernel``, through ``cuobjdump -sass``, else ``nvdisasm``.
-
-    Returns
-    -------
-    opcodes : list of str or None
-        None when no tool could disassemble the cubin.
-    tool : str or None
-        Path of the tool that did.
-    problems : list of str
-        Why each tool that was tried could not, with how to get it when it is missing.
-    """
+def _disassembly(cubin: bytes, kernel: str) -> tuple[str | None, list[str] | None, str | None, list[str]]:
+    """(the tool's SASS text, ``kernel``'s opcodes, the tool, problems): see :func:`disassemble`."""
     problems = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
@@ -464,9 +454,99 @@ def disassemble(cubin: bytes, kernel: str) -> tuple[list[str] | None, str | None
             run = subprocess.run([tool, *args, str(path)], capture_output=True, text=True, timeout=120)
             opcodes = parse_sass(run.stdout).get(kernel)
             if run.returncode == 0 and opcodes:
-                return opcodes, tool, problems
+                return run.stdout, opcodes, tool, problems
             problems.append(f"{tool} failed (exit {run.returncode}): {run.stderr.strip()[-300:]}")
-    return None, None, problems
+    return None, None, None, problems
+
+
+def disassemble(cubin: bytes, kernel: str) -> tuple[list[str] | None, str | None, list[str]]:
+    """SASS opcodes of ``kernel``, through ``cuobjdump -sass``, else ``nvdisasm``.
+
+    Returns
+    -------
+    opcodes : list of str or None
+        None when no tool could disassemble the cubin.
+    tool : str or None
+        Path of the tool that did.
+    problems : list of str
+        Why each tool that was tried could not, with how to get it when it is missing.
+    """
+    _, opcodes, tool, problems = _disassembly(cubin, kernel)
+    return opcodes, tool, problems
+
+
+# --- loops: where a kernel spends its time ---------------------------------------------------------------------
+_ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+_TARGET = re.compile(r"0x([0-9a-f]+)|`\((\.L_x_\d+)\)")
+
+
+@dataclass(frozen=True)
+class Loop:
+    """An innermost loop of the SASS: the instructions from a backward branch's target to the branch itself
+    (``start``, ``end``: their byte offsets), with no other loop inside. A compiled kernel's steady state runs
+    here, so these counts are per iteration, where :class:`InstructionMix` counts the whole kernel once."""
+
+    start: int
+    end: int
+    mix: InstructionMix
+
+
+def find_loops(text: str, kernel: str, min_instructions: int = 16) -> list[Loop]:
+    """The innermost loops of ``kernel`` in ``cuobjdump -sass`` or ``nvdisasm -c`` text, in address order; loops
+    of fewer than ``min_instructions`` (spin-waits such as a TMA barrier's try-wait) are left out."""
+    ins: list[tuple[int, str, str]] = []
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    current = None
+    for line in text.splitlines():
+        header = _FUNCTION.match(line)
+        if header:
+            current = header.group(1) or header.group(2)
+            continue
+        if current != kernel:
+            continue
+        label = _LABEL.match(line)
+        if label:
+            pending.append(label.group(1))
+            continue
+        m = _ADDRESSED.search(line)
+        if m:
+            addr = int(m.group(1), 16)
+            for name in pending:
+                labels[name] = addr
+            pending = []
+            ins.append((addr, m.group(2), m.group(3)))
+    spans = []
+    for addr, op, rest in ins:
+        if op.split(".", 1)[0] != "BRA":
+            continue
+        t = _TARGET.search(rest)
+        target = int(t.group(1), 16) if t and t.group(1) else labels.get(t.group(2)) if t else None
+        if target is not None and target <= addr:
+            spans.append((target, addr))
+    inner = [(a, b) for a, b in spans if not any((a, b) != (c, d) and a <= c and d <= b for c, d in spans)]
+    loops = []
+    for a, b in sorted(set(inner)):
+        body = [op for addr, op, _ in ins if a <= addr <= b and op != "NOP"]
+        if len(body) >= min_instructions:
+            loops.append(Loop(a, b, instruction_mix(body)))
+    return loops
+
+
+def loop_summary(loop: Loop) -> str:
+    """One line: the loop's size and what an iteration issues (tensor-core MMAs, MUFU, memory, block barriers,
+    wgmma waits), zeros left out."""
+    mix = loop.mix
+    c = mix.classes
+    bar_sync = sum(n for op, n in mix.opcodes.items() if op.startswith("BAR.SYNC"))
+    waits = sum(n for op, n in mix.opcodes.items() if op.startswith("WARPGROUP.DEPBAR"))
+    parts = [("MMA", c[MIX_CLASSES[0]]), ("MUFU", c[MIX_CLASSES[3]]), ("LDG", c[MIX_CLASSES[4]]),
+             ("STG", c[MIX_CLASSES[5]]), ("LDS", c[MIX_CLASSES[6]]), ("STS", c[MIX_CLASSES[7]]),
+             ("cp.async", c[MIX_CLASSES[8]]), ("TMA", c[MIX_CLASSES[9]]), ("local", c[MIX_CLASSES[10]]),
+             ("BAR.SYNC", bar_sync), ("wgmma waits", waits)]
+    shown = ", ".join(f"{name} {n}" for name, n in parts if n)
+    return f"0x{loop.start:04x}-0x{loop.end:04x}: {mix.total} instructions" + (f" ({shown})" if shown else "")
 
 
 # --- the report --------------------------------------------------------------------------------------------------
@@ -492,6 +572,8 @@ class Report:
     missing: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     note: str = ""
+    loops: tuple[Loop, ...] = ()
+    """the kernel's innermost loops (:func:`find_loops`): per-iteration counts"""
 
     def to_dict(self) -> dict:
         """The report as plain JSON-ready data (nested dicts, lists and numbers)."""
@@ -524,7 +606,7 @@ def analyze(artifact: Artifact, arch_limits: ArchLimits = HOPPER) -> Report:
         warnings.append(f"the cubin is for sm_{res.sm}; occupancy uses the limits of {arch_limits.name}")
     if occ.blocks_per_sm == 0:
         warnings.append(f"cannot launch: {' and '.join(occ.limiters)} exceed what one block may have")
-    opcodes, tool, problems = disassemble(artifact.cubin, artifact.kernel)
+    text, opcodes, tool, problems = _disassembly(artifact.cubin, artifact.kernel)
     return Report(
         kernel=artifact.kernel,
         arch=f"sm_{res.sm}",
@@ -543,6 +625,7 @@ def analyze(artifact: Artifact, arch_limits: ArchLimits = HOPPER) -> Report:
         missing=tuple(problems) if opcodes is None else (),
         warnings=tuple(warnings),
         note=artifact.note,
+        loops=tuple(find_loops(text, artifact.kernel)) if text else (),
     )
 
 
@@ -611,6 +694,7 @@ def format_report(report: Report) -> str:
         if mma and report.mix.classes[MIX_CLASSES[3]]:
             lines.append(f"overlap    {report.mix.mma_amid_mufu} of {mma} tensor-core MMAs issued amid MUFU work "
                          f"(a MUFU within {AMID} instructions on both sides)")
+        lines += [f"loop       {loop_summary(loop)}" for loop in report.loops]
     lines += [f"missing    {m}" for m in report.missing]
     lines += [f"warning    {w}" for w in report.warnings]
     return "\n".join(lines)
