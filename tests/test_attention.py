@@ -159,6 +159,45 @@ def test_lazy_rescale_stays_exact(rung, pattern):
     _lse_close(lse, ref_lse, f"{rung} {pattern}")
 
 
+@pytest.mark.skipif(_device() != "cpu", reason="flips a kernel global: interpreter only (Triton refuses the change "
+                    "once a kernel is compiled)")
+@pytest.mark.parametrize("rung", ["exp2_lazy", "pipelined"])
+def test_rescale_every_tile_switch_stays_exact(rung, monkeypatch):
+    # the experiment switch RESCALE_EVERY_TILE (no block-wide rescale decision): the lazy patterns above, fully
+    # masked rows (causal, Sq > Skv), varlen and GQA, against float64
+    import triton.language as tl
+
+    from kernelwright.ops.attention import triton as T
+
+    monkeypatch.setattr(T, "RESCALE_EVERY_TILE", tl.constexpr(True))
+    test_lazy_rescale_stays_exact(rung, "rising")
+    test_lazy_rescale_stays_exact(rung, "jump")
+    for size in (S(1, 4, 1, 130, 70, 64, C), S(2, 4, 2, 77, 200, 32, spec.FULL), S(3, 4, 2, 90, 90, 64, VC)):
+        _check(rung, size, torch.bfloat16)
+
+
+def test_rescale_every_tile_drops_the_block_barriers_of_the_lazy_decision(monkeypatch):
+    # sm_90 SASS (D128, 128 x 64 tiles, 8 warps): the lazy rescale's block-wide tl.max costs block barriers in
+    # every key tile (5 BAR.SYNC a tile when written; 2 with the switch); both loops (unmasked, masked) counted
+    import triton.language as tl
+
+    from kernelwright.harness import inspect as ki
+    from kernelwright.ops.attention import hooks
+    from kernelwright.ops.attention import triton as T
+
+    def barriers():
+        report = ki.analyze(hooks.flash_artifact("exp2_lazy", S(4, 32, 32, 4096, 4096, 128), torch.bfloat16))
+        if report.mix is None:
+            pytest.skip("no cuobjdump/nvdisasm to read the SASS")
+        assert len(report.loops) == 2 and all(lp.mix.classes["tensor-core MMA"] == 12 for lp in report.loops)
+        return [sum(n for op, n in lp.mix.opcodes.items() if op.startswith("BAR.SYNC")) for lp in report.loops]
+
+    lazy = barriers()
+    monkeypatch.setattr(T, "RESCALE_EVERY_TILE", tl.constexpr(True))
+    every = barriers()
+    assert all(e <= lz - 2 for e, lz in zip(every, lazy, strict=True)), (lazy, every)
+
+
 @pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2_lazy", "pipelined", "tuned"])
 def test_huge_scores_stay_finite(rung):
     # scores of ~1e12 (inputs magnified 1e3, as the evaluator's "large" set does): on the GPU the FFMA that

@@ -4,8 +4,9 @@ register cap), in one process, so the rows are the library's own code path with 
     python benchmarks/experiments/switch_bench.py kernelwright.ops.softmax.triton.SPLIT_MAXNREG=96 -- \\
         bench softmax --variant split --sizes 1024x262144
 
-Each assignment is ``module.NAME=VALUE`` (VALUE a Python literal); the module must already define NAME. The
-stored run's command line is this script's arguments, so it names the switches.
+Each assignment is ``module.NAME=VALUE`` (VALUE a Python literal; wrapped in ``tl.constexpr`` where NAME is one,
+as kernel globals are); the module must already define NAME. The stored run's command line is this script's
+arguments, so it names the switches.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ def apply(assignment: str) -> None:
     module = importlib.import_module(module_name)
     if not hasattr(module, name):
         raise SystemExit(f"switch {assignment!r}: {module_name} has no {name}")
-    setattr(module, name, ast.literal_eval(value))
+    new = ast.literal_eval(value)
+    old = getattr(module, name)
+    if type(old).__name__ == "constexpr":  # a kernel global (tl.constexpr): Triton reads only those inside @jit
+        new = type(old)(new)
+    setattr(module, name, new)
     print(f"switch: {module_name}.{name} = {getattr(module, name)!r}", flush=True)
 
 

@@ -9,6 +9,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh pipelined  # the pipelined rung against exp2_lazy, the
 #                                                                     # re-tuned rung, the D128 sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh buckets    # tune the buckets tune.tgz lacks, bench them
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh rescale    # RESCALE_EVERY_TILE off / on, same rows
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed).
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
@@ -66,6 +67,15 @@ case "${1:-one}" in
     KW_AUTOTUNE=0 step 120 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$SCALING" \
       --variant tuned --variant pipelined --variant exp2_lazy --variant sdpa_flash --variant sdpa_cudnn \
       --max-seconds 0.5
+    ;;
+  rescale)
+    # session 8's switch: the exp2 rungs rescaling every tile (no block-wide lazy decision, 3 fewer block barriers
+    # a key tile in the sm_90 SASS) against the default, each in its own process, core shapes then the D128 sweep
+    for v in False True; do
+      KW_AUTOTUNE=0 step 120 python3 benchmarks/experiments/switch_bench.py \
+        "kernelwright.ops.attention.triton.RESCALE_EVERY_TILE=$v" -- bench attention --dtypes bf16 \
+        --sizes "$CORE,$SCALING" --variant exp2_lazy --variant pipelined --variant tuned --no-peers --max-seconds 0.5
+    done
     ;;
   buckets)
     # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at

@@ -49,6 +49,13 @@ _LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 # log2 units: rescale only when a row's max grows by more than 8, a factor 2^8 = 256 (FlashAttention-4)
 RESCALE_THRESHOLD: tl.constexpr = tl.constexpr(8.0)
 _FLOOR: tl.constexpr = tl.constexpr(-3.0e38)  # finite stand-in for -inf in the lazy rescale's comparisons
+RESCALE_EVERY_TILE: tl.constexpr = tl.constexpr(False)
+"""Experiment switch (``benchmarks/experiments/switch_bench.py``; set it before the first launch, Triton refuses a
+global changed after compiling) for the exp2 rungs: True rescales every row's output on every key tile (as FA2
+and FA3 do); False (the default) skips the rescale while no row's max grew past ``RESCALE_THRESHOLD``. That skip is
+decided for the whole block, by a ``tl.max`` over all its rows: in the sm_90 SASS (D128, 128 x 64 tiles, 8 warps)
+2 of the key loop's 5 block barriers (``BAR.SYNC``) are that reduction's, so both warpgroups meet twice a tile.
+Not yet timed on the GPU."""
 NAIVE_MAX_SCORE_BYTES = 16 * 2**30  # the naive rung's fp32 score matrix; beyond this it refuses the case
 
 
@@ -271,7 +278,12 @@ def _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, 
             # ~3e38 (rescale), a row staying at -inf by 0 (no NaN from -inf - -inf), and alpha is 0 or 1 for them
             m_old = tl.maximum(m_i, _FLOOR)
             m_now = tl.maximum(m_new, _FLOOR)
-            if tl.max(m_now - m_old, 0) > RESCALE_THRESHOLD:
+            if RESCALE_EVERY_TILE:  # no block-wide decision: no block barrier for it
+                alpha = tl.math.exp2(m_old - m_now)
+                acc = acc * alpha[:, None]
+                l_i = l_i * alpha
+                m_i = m_new
+            elif tl.max(m_now - m_old, 0) > RESCALE_THRESHOLD:
                 alpha = tl.math.exp2(m_old - m_now)
                 acc = acc * alpha[:, None]
                 l_i = l_i * alpha
