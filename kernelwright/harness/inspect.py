@@ -485,7 +485,8 @@ _TARGET = re.compile(r"0x([0-9a-f]+)|`\((\.L_x_\d+)\)")
 class Loop:
     """An innermost loop of the SASS: the instructions from a backward branch's target to the branch itself
     (``start``, ``end``: their byte offsets), with no other loop inside. A compiled kernel's steady state runs
-    here, so these counts are per iteration, where :class:`InstructionMix` counts the whole kernel once."""
+    here, so these counts are per iteration, where :class:`InstructionMix` counts the whole kernel once. Static
+    counts: a branch inside the body (a rarely taken rescale, say) is counted as if always taken."""
 
     start: int
     end: int
