@@ -363,6 +363,34 @@ def test_split_backward_exchange_with_several_chunks(kind, groups, hold, monkeyp
         torch.testing.assert_close(db.double(), dy.double().sum(0), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("per_tile", [False, True])
+@pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
+def test_fused_backward_weight_gradient_per_tile_or_after_the_loop(kind, per_tile, monkeypatch):
+    # FUSED_DW_PER_TILE (an experiment switch): dweight and dbias summed over each tile's rows at once, or kept as
+    # [rows, columns] accumulators and summed after the loop; several tiles a program, a ragged last tile
+    from kernelwright.ops.rms_norm_bwd import triton as bwd
+    from kernelwright.ops.rms_norm_bwd.triton import norm_backward
+
+    monkeypatch.setattr(bwd, "FUSED_DW_PER_TILE", per_tile)
+    dev = runtime.current_device()
+    rows, cols = 117, 160  # 16-row tiles at this width: 8 tiles over the interpreter's 3 programs
+    x, w, dy = (torch.randn(*s, device=dev) for s in ((rows, cols), (cols,), (rows, cols)))
+    dh = torch.randn(rows, cols, device=dev) if kind == "add_rms" else None
+    center = kind == "layer"
+    eps = 1e-5 if center else 1e-6
+    mean = x.mean(-1) if center else None
+    rstd = torch.rsqrt((x - (mean[:, None] if center else 0)).pow(2).mean(-1) + eps)
+    dx, dw, db = (torch.full_like(t, float("nan")) for t in (x, w, w))
+    norm_backward("fused", x, w, dy, rstd, dx=dx, dw=dw, mean=mean, db=db if center else None, dh=dh)
+    x, w, dy = x.cpu(), w.cpu(), dy.cpu()
+    want = _grads64(ref_layer, x, w, torch.zeros(cols), dys=[dy]) if center else _grads64(ref_rms, x, w, dys=[dy])
+    exp_dx = want[0] + (dh.cpu().double() if dh is not None else 0)
+    torch.testing.assert_close(dx.cpu().double(), exp_dx, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dw.cpu().double(), want[1], rtol=1e-4, atol=1e-4)
+    if center:
+        torch.testing.assert_close(db.cpu().double(), dy.double().sum(0), rtol=1e-5, atol=1e-5)
+
+
 # --- the compiled (GPU) path, without a GPU: the interpreter accepts code the compiler rejects ---------------------
 _BF16 = "*bf16"
 

@@ -12,6 +12,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next     # GPU tests, the split rungs' defaults next to one
 #                                                            # change each, kw bench of the norm families
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh followup # see the case below (session 7)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh narrowbwd  # the fused backward's switches at 1024 columns
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -76,6 +77,18 @@ case "${1:-fwd}" in
     step 60 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm --dtypes bf16 --sizes 65536x1024 \
       --max-seconds 0.5
     step 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_norms.py
+    ;;
+  narrowbwd)
+    # session 8 (CPU only so far): the fused backward at 1024 columns, the default next to FUSED_DW_PER_TILE
+    # (fewer registers: 210 -> 187 rms, 251 -> 210 layer norm) with and without FUSED_MAXNREG=168 (three 4-warp
+    # programs an SM), each in its own process, bf16, the rows the issue asks for (16k) and more (64k)
+    for sw in "FUSED_DW_PER_TILE=False" "FUSED_DW_PER_TILE=True" "FUSED_DW_PER_TILE=True FUSED_MAXNREG=168" \
+              "FUSED_DW_PER_TILE=False FUSED_MAXNREG=168"; do
+      set -- $(for a in $sw; do echo "kernelwright.ops.rms_norm_bwd.triton.$a"; done)
+      step 90 python3 benchmarks/experiments/switch_bench.py "$@" -- bench rms_norm_bwd layer_norm_bwd \
+        add_rms_norm_bwd --variant fused --no-peers --dtypes bf16 --sizes 16384x1024,65536x1024 --max-seconds 0.5
+    done
+    grep -E "^switch|fused .*x1024" "$LOG" | cut -c1-130
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \

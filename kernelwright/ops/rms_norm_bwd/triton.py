@@ -52,6 +52,19 @@ WEIGHT_HOLD_FROM = 16385
 (8192 x 32 warps, 64 registers) spills more with it (sm_90: 16 -> 32 bytes for rms, 56 -> 80 for layer norm),
 not timed."""
 FUSED_PREFETCH = True  # the fused rung loads its next tile while it reduces this one (norm_configs.py --library)
+FUSED_MAXNREG: int | None = None
+"""register cap a thread of the fused backward (Triton's ``maxnreg``; None: the compiler's choice), an experiment
+switch: 168 is what lets three 4-warp programs share an SM (see :data:`FUSED_DW_PER_TILE`)."""
+FUSED_DW_PER_TILE = False
+"""Experiment switch (``benchmarks/experiments/switch_bench.py``; not yet timed): the fused backward sums each
+tile's dweight (and dbias) contributions over its rows at once, into a ``[BLOCK]`` accumulator, instead of
+keeping ``[BLOCK_R, BLOCK]`` accumulators summed after the loop. sm_90 SASS at 1024 columns, bf16, 4 rows over 4
+warps (the configuration used there): every thread holds all 4 rows of its 8 columns, so the per-tile sum is
+thread-local (block barriers a tile unchanged: rms 3, layer norm 6) and the registers drop from 210 to 187 (rms)
+and 251 to 210 (layer norm). Both still fit two programs an SM; with :data:`FUSED_MAXNREG` = 168 three do
+(the lever that gave layer norm's wide forward +17-20%): capped at 168, rms spills nothing and layer norm 12 bytes
+with this switch, 148 / 520 bytes without it. At 8 rows over 8 warps the rows of a tile are split across warps
+and the same change adds shared-memory traffic and barriers (6 / 12 a tile): do not combine."""
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
 WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
 NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
@@ -63,7 +76,7 @@ def _norm_bwd_fused_kernel(
     x_ptr, w_ptr, dy_ptr, dh_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr,
     n_rows, n_cols, x_stride, dy_stride, dh_stride, dx_stride,
     CENTER: tl.constexpr, DH: tl.constexpr, OFFSET: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr, DW_PER_TILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
@@ -74,8 +87,12 @@ def _norm_bwd_fused_kernel(
         w += 1.0
     # [BLOCK_R, BLOCK] accumulators, summed over rows once after the loop: a per-tile sum over the rows would be a
     # cross-warp reduction through shared memory on every tile (rows of a tile live in different warps)
-    dw_acc = tl.zeros([BLOCK_R, BLOCK], tl.float32)
-    db_acc = tl.zeros([BLOCK_R, BLOCK], tl.float32)
+    if DW_PER_TILE:
+        dw_acc = tl.zeros([BLOCK], tl.float32)
+        db_acc = tl.zeros([BLOCK], tl.float32)
+    else:
+        dw_acc = tl.zeros([BLOCK_R, BLOCK], tl.float32)
+        db_acc = tl.zeros([BLOCK_R, BLOCK], tl.float32)
     rr = tl.arange(0, BLOCK_R)
     if PREFETCH:
         rows = pid.to(tl.int64) * BLOCK_R + rr
@@ -112,13 +129,23 @@ def _norm_bwd_fused_kernel(
             dx += tl.load(dh_ptr + rows[:, None] * dh_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         tl.store(dx_ptr + rows[:, None] * dx_stride + cols[None, :], to_output(dx, dx_ptr.dtype.element_ty),
                  mask=mask)
-        dw_acc += dy * xhat
-        if CENTER:
-            db_acc += dy
+        if DW_PER_TILE:
+            dw_acc += tl.sum(dy * xhat, 0)
+            if CENTER:
+                db_acc += tl.sum(dy, 0)
+        else:
+            dw_acc += dy * xhat
+            if CENTER:
+                db_acc += dy
     part = pid.to(tl.int64) * n_cols + cols
-    tl.store(dw_ptr + part, tl.sum(dw_acc, 0), mask=cmask)
-    if CENTER:
-        tl.store(db_ptr + part, tl.sum(db_acc, 0), mask=cmask)
+    if DW_PER_TILE:
+        tl.store(dw_ptr + part, dw_acc, mask=cmask)
+        if CENTER:
+            tl.store(db_ptr + part, db_acc, mask=cmask)
+    else:
+        tl.store(dw_ptr + part, tl.sum(dw_acc, 0), mask=cmask)
+        if CENTER:
+            tl.store(db_ptr + part, tl.sum(db_acc, 0), mask=cmask)
 
 
 # --- rung: split ---------------------------------------------------------------------------------------------------
@@ -395,7 +422,8 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         block, block_r, warps = fused_bwd_config(n_cols, dh is not None)
         n_tiles = triton.cdiv(n_rows, block_r)
         pw = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
-        meta = dict(**flags, PREFETCH=FUSED_PREFETCH, BLOCK_R=block_r, BLOCK=block)
+        meta = dict(**flags, PREFETCH=FUSED_PREFETCH, BLOCK_R=block_r, BLOCK=block, DW_PER_TILE=FUSED_DW_PER_TILE,
+                    **({"maxnreg": FUSED_MAXNREG} if FUSED_MAXNREG and not runtime.interpreting() else {}))
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, pw, pw, *tail)
         n_progs = persistent_groups(_norm_bwd_fused_kernel, args, meta, warps, 1, n_tiles, x.device)
         pw = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
