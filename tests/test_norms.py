@@ -420,7 +420,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         fn, cx = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block)
     elif kernel.startswith("bwd_fused"):
         block, rows, warps = bwd.fused_bwd_config(1024 if kernel.endswith("narrow") else 4096, dh=True)
-        fn, cx = bwd._norm_bwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block, PREFETCH=True)
+        fn, cx = bwd._norm_bwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block, PREFETCH=True,
+                                                  DW_PER_TILE=bwd.FUSED_DW_PER_TILE)
     else:  # the configurations at 16384 columns (one chunk) and at 262144 (the wide one, with its cache hints)
         mod = fwd if kernel.startswith("fwd") else bwd
         fn = fwd._norm_fwd_split_kernel if kernel.startswith("fwd") else bwd._norm_bwd_split_kernel

@@ -22,4 +22,10 @@ def to_output(v, dtype: tl.constexpr):
     return v.to(dtype)
 
 
-__all__ = ["to_output"]
+def register_cap(cap: int | None) -> dict:
+    """Triton's ``maxnreg`` launch option for a register cap a thread (None or 0: the compiler's choice), as
+    keyword arguments for a launch or ``warmup``; none under the CPU interpreter, which has no registers."""
+    return {"maxnreg": cap} if cap and not runtime.interpreting() else {}
+
+
+__all__ = ["register_cap", "to_output"]

@@ -35,7 +35,7 @@ import triton.language as tl
 
 from kernelwright import runtime
 from kernelwright.ops._norm_common import rows2d
-from kernelwright.ops._triton_helpers import to_output
+from kernelwright.ops._triton_helpers import register_cap, to_output
 
 CHUNK = 8192  # columns per step of the chunked rung and the naive statistics kernel
 SPLIT_CHUNK, SPLIT_WARPS = 16384, 32  # the split rung up to 16384 columns (one chunk): see split_config
@@ -434,8 +434,7 @@ _resident: dict[tuple, int] = {}
 def _split_cap(wide_layer: bool) -> dict:
     """The ``maxnreg`` launch option of a split forward: SPLIT_MAXNREG when set (experiments), else
     WIDE_LAYER_MAXNREG for layer norm's wide configuration; none under the interpreter."""
-    cap = SPLIT_MAXNREG or (WIDE_LAYER_MAXNREG if wide_layer else None)
-    return {"maxnreg": cap} if cap and not runtime.interpreting() else {}
+    return register_cap(SPLIT_MAXNREG or (WIDE_LAYER_MAXNREG if wide_layer else None))
 
 
 def persistent_groups(kernel, args: tuple, meta: dict, warps: int, n_chunks: int, n_rows: int, device) -> int:

@@ -34,7 +34,7 @@ import triton.language as tl
 
 from kernelwright import runtime
 from kernelwright.ops._norm_common import rows2d
-from kernelwright.ops._triton_helpers import to_output
+from kernelwright.ops._triton_helpers import register_cap, to_output
 from kernelwright.ops.rms_norm import triton as _fwd
 from kernelwright.ops.rms_norm.triton import NO_HINTS, STREAM, naive_block, persistent_groups, warps_for
 
@@ -423,7 +423,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         n_tiles = triton.cdiv(n_rows, block_r)
         pw = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         meta = dict(**flags, PREFETCH=FUSED_PREFETCH, BLOCK_R=block_r, BLOCK=block, DW_PER_TILE=FUSED_DW_PER_TILE,
-                    **({"maxnreg": FUSED_MAXNREG} if FUSED_MAXNREG and not runtime.interpreting() else {}))
+                    **register_cap(FUSED_MAXNREG))
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, pw, pw, *tail)
         n_progs = persistent_groups(_norm_bwd_fused_kernel, args, meta, warps, 1, n_tiles, x.device)
         pw = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
@@ -439,7 +439,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT,
                     W_HOLD=WEIGHT_HOLD and n_cols >= WEIGHT_HOLD_FROM,
-                    **({"maxnreg": SPLIT_MAXNREG} if SPLIT_MAXNREG and not runtime.interpreting() else {}))
+                    **register_cap(SPLIT_MAXNREG))
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, probe, probe, slots, *tail)

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from kernelwright import runtime
-from kernelwright.ops._triton_helpers import to_output
+from kernelwright.ops._triton_helpers import register_cap, to_output
 
 ONLINE_CHUNK = 4096
 SPLIT_CHUNK = 8192  # columns per program in the split rung (16384 from 64k columns): see _split_config
@@ -299,8 +299,7 @@ def _split(x2: torch.Tensor, y2: torch.Tensor, chunk: int | None = None, num_war
         meta["EVICT"] = hints[0]
     if hints[1]:
         meta["STORE_CACHE"] = hints[1]
-    if SPLIT_MAXNREG and not runtime.interpreting():
-        meta["maxnreg"] = SPLIT_MAXNREG
+    meta.update(register_cap(SPLIT_MAXNREG))
     if runtime.interpreting():
         groups = R
     else:
