@@ -1,0 +1,79 @@
+"""Experiment: the sm_90 SASS of kernels' key loops, compiled on this machine (no GPU), for the configurations and
+switches the journals compare. Prints one line a kernel: registers, programs an SM, spills, and each innermost
+loop's per-iteration counts (``kw inspect``'s ``loop`` lines).
+
+    python benchmarks/experiments/sass_loops.py attention   # exp2_lazy / pipelined configs, RESCALE_EVERY_TILE
+    python benchmarks/experiments/sass_loops.py norm_bwd    # the fused backward at 1024 columns: DW_PER_TILE x cap
+
+Journals: ``attention.md`` (run 29 and session 8), ``norms.md`` (session 8).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from kernelwright.harness.inspect import analyze, compile_triton, loop_summary
+
+
+def _line(label: str, report) -> str:
+    spill = f"{report.mix.local_store_bytes}/{report.mix.local_load_bytes} B" if report.mix else "?"
+    loops = "; ".join(loop_summary(lp) for lp in report.loops)
+    return (f"{label:<48} {report.registers:>3} regs  {report.occupancy.blocks_per_sm} an SM  spills {spill}  "
+            f"{loops}")
+
+
+def attention() -> None:
+    import triton.language as tl  # after kernelwright (its interpreter settings come first)
+
+    from kernelwright.ops.attention import hooks
+    from kernelwright.ops.attention import triton as T
+    from kernelwright.ops.attention.spec import encode
+
+    configs = [("exp2_lazy", "128x64 8w", T.AttentionConfig(128, 64, 8, 3)),
+               ("exp2_lazy", "128x64 8w TMA", T.AttentionConfig(128, 64, 8, 3, tma=True)),
+               ("exp2_lazy", "128x128 8w", T.AttentionConfig(128, 128, 8, 3)),
+               ("exp2_lazy", "64x64 4w", T.AttentionConfig(64, 64, 4, 3)),
+               ("pipelined", "128x64 8w", T.AttentionConfig(128, 64, 8, 3, pipeline=True)),
+               ("pipelined", "128x64 8w TMA", T.AttentionConfig(128, 64, 8, 3, tma=True, pipeline=True)),
+               ("pipelined", "64x64 4w TMA", T.AttentionConfig(64, 64, 4, 3, tma=True, pipeline=True))]
+    default = T.RESCALE_EVERY_TILE
+    try:
+        for every in (False, True):
+            T.RESCALE_EVERY_TILE = tl.constexpr(every)
+            for causal in (False, True):
+                size = encode(4, 32, 32, 4096, 4096, 128, causal=causal)
+                for rung, name, cfg in configs:
+                    report = analyze(hooks.flash_artifact(rung, size, torch.bfloat16, cfg))
+                    label = f"{rung} {name} {'causal' if causal else 'full'}{' every-tile' if every else ''}"
+                    print(_line(label, report), flush=True)
+    finally:
+        T.RESCALE_EVERY_TILE = default
+
+
+def norm_bwd() -> None:
+    from kernelwright.ops.rms_norm_bwd import triton as B
+
+    sig = {n: "*bf16" for n in ("x_ptr", "w_ptr", "dy_ptr", "dh_ptr", "dx_ptr")}
+    sig |= {n: "*fp32" for n in ("mean_ptr", "rstd_ptr", "dw_ptr", "db_ptr")}
+    sig |= {n: "i32" for n in ("n_rows", "n_cols", "x_stride", "dy_stride", "dh_stride", "dx_stride")}
+    aligned = [n for n, t in sig.items() if t.startswith("*")] + ["n_cols", "x_stride", "dy_stride", "dh_stride",
+                                                                 "dx_stride"]
+    block, rows, warps = B.fused_bwd_config(1024)
+    for center in (False, True):
+        for per_tile in (False, True):
+            for cap in (None, 168):
+                consts = dict(CENTER=center, DH=False, OFFSET=False, PREFETCH=B.FUSED_PREFETCH, BLOCK_R=rows,
+                              BLOCK=block, DW_PER_TILE=per_tile)
+                art = compile_triton(B._norm_bwd_fused_kernel, sig, consts, num_warps=warps, maxnreg=cap,
+                                     aligned=aligned)
+                label = (f"{'layer' if center else 'rms'} {rows}x{block} {warps}w "
+                         f"{'per-tile' if per_tile else 'after-loop'} cap {cap}")
+                print(_line(label, analyze(art)), flush=True)
+
+
+if __name__ == "__main__":
+    which = sys.argv[1:] or ["attention", "norm_bwd"]
+    for w in which:
+        {"attention": attention, "norm_bwd": norm_bwd}[w]()
