@@ -263,7 +263,8 @@ RUNGS = (
         "the softmax's 34 MUFU.EX2s, so the tensor cores idle while the exponentials run and the reverse; here "
         "ptxas interleaves the next tile's HGMMAs with this tile's MUFU.EX2s. Costs a second fp32 score tile (141 "
         "-> 184 registers a thread at 128 x 64 over 8 warps, D128, in a test kernel) and one wasted score tile per "
-        "key loop. Predicted: +5-15% at D128 (FA3 reports its two overlaps together at +10-20%); less at D64.",
+        "key loop. Predicted: +5-15% at D128 (FA3 reports its two overlaps together at +10-20%); less at D64. "
+        "H200 run 29: 8-11% slower than exp2_lazy at D128, 1-2% at D64 (the journal has the SASS reading).",
         artifacts=f"{_H}:artifacts_pipelined",
     ),
     Rung(
