@@ -16,6 +16,8 @@ An :class:`Artifact` is one kernel as it will be launched (cubin, block size, dy
   CUDA toolkit, in the ``nvidia-cuda-cuobjdump`` / ``nvidia-cuda-nvdisasm`` wheels or in Triton's wheel), grouped
   into classes that explain speed: tensor-core MMA, FFMA, loads and stores by width, cp.async, TMA, local memory.
   Where no tool runs, the report says so in ``missing`` and shows the rest.
+* **the innermost loops** (:func:`find_loops`), from the same text: a kernel's steady state, with per-iteration
+  counts of what the mix counts once (tensor-core MMAs, MUFU, memory, block barriers, wgmma waits).
 
 :func:`compile_triton` makes an Artifact from a ``@triton.jit`` kernel for sm_90 on a machine without a GPU,
 also under the CPU interpreter (``TRITON_INTERPRET=1``). :func:`format_report` prints a report.
