@@ -302,7 +302,7 @@ def find_tool(name: str) -> str | None:
 
 # --- SASS --------------------------------------------------------------------------------------------------------
 # instruction lines of both tools: "/*0160*/   @!P0 STG.E desc[UR4][R2.64], R7 ;" (cuobjdump adds the encoding)
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d)\s+)?([A-Z][A-Za-z0-9_.]*)")
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*)")
 _FUNCTION = re.compile(r"^\s*(?:Function : (\S+)|\.section\s+\.text\.([^,\s]+))")  # cuobjdump | nvdisasm
 
 MIX_CLASSES = (
@@ -427,18 +427,33 @@ def instruction_mix(opcodes: list[str]) -> InstructionMix:
     )
 
 
-def parse_sass(text: str) -> dict[str, list[str]]:
-    """Opcodes per function from ``cuobjdump -sass`` or ``nvdisasm`` output: ``{kernel: [opcode, ...]}``."""
-    functions: dict[str, list[str]] = {}
-    current = None
+_LABEL = re.compile(r"^\s*(\.L_x_\d+):")  # nvdisasm's branch targets
+
+
+def _sass_lines(text: str):
+    """``(function, address, opcode, operands, labels)`` for each instruction of ``cuobjdump -sass`` or ``nvdisasm``
+    text; ``labels``: the nvdisasm labels that name this instruction's address."""
+    current, labels = None, []
     for line in text.splitlines():
         header = _FUNCTION.match(line)
         if header:
-            current = functions.setdefault(header.group(1) or header.group(2), [])
+            current, labels = header.group(1) or header.group(2), []
+            continue
+        label = _LABEL.match(line)
+        if label:
+            labels.append(label.group(1))
             continue
         instruction = _INSTRUCTION.search(line)
         if instruction and current is not None:
-            current.append(instruction.group(1))
+            yield current, int(instruction.group(1), 16), instruction.group(2), instruction.group(3), labels
+            labels = []
+
+
+def parse_sass(text: str) -> dict[str, list[str]]:
+    """Opcodes per function from ``cuobjdump -sass`` or ``nvdisasm`` output: ``{kernel: [opcode, ...]}``."""
+    functions: dict[str, list[str]] = {}
+    for function, _, opcode, _, _ in _sass_lines(text):
+        functions.setdefault(function, []).append(opcode)
     return functions
 
 
@@ -478,8 +493,6 @@ def disassemble(cubin: bytes, kernel: str) -> tuple[list[str] | None, str | None
 
 
 # --- loops: where a kernel spends its time ---------------------------------------------------------------------
-_ADDRESSED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")
-_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _TARGET = re.compile(r"0x([0-9a-f]+)|`\((\.L_x_\d+)\)")
 
 
@@ -500,26 +513,10 @@ def find_loops(text: str, kernel: str, min_instructions: int = 16) -> list[Loop]
     of fewer than ``min_instructions`` (spin-waits such as a TMA barrier's try-wait) are left out."""
     ins: list[tuple[int, str, str]] = []
     labels: dict[str, int] = {}
-    pending: list[str] = []
-    current = None
-    for line in text.splitlines():
-        header = _FUNCTION.match(line)
-        if header:
-            current = header.group(1) or header.group(2)
-            continue
-        if current != kernel:
-            continue
-        label = _LABEL.match(line)
-        if label:
-            pending.append(label.group(1))
-            continue
-        m = _ADDRESSED.search(line)
-        if m:
-            addr = int(m.group(1), 16)
-            for name in pending:
-                labels[name] = addr
-            pending = []
-            ins.append((addr, m.group(2), m.group(3)))
+    for function, addr, opcode, operands, names in _sass_lines(text):
+        if function == kernel:
+            labels.update(dict.fromkeys(names, addr))
+            ins.append((addr, opcode, operands))
     spans = []
     for addr, op, rest in ins:
         if op.split(".", 1)[0] != "BRA":
