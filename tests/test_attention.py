@@ -159,46 +159,46 @@ def test_lazy_rescale_stays_exact(rung, pattern):
     _lse_close(lse, ref_lse, f"{rung} {pattern}")
 
 
-@pytest.mark.skipif(_device() != "cpu", reason="flips a kernel global: interpreter only (Triton refuses the change "
-                    "once a kernel is compiled)")
-@pytest.mark.parametrize("rung", ["exp2_lazy", "pipelined"])
-def test_rescale_every_tile_switch_stays_exact(rung, monkeypatch):
-    # the experiment switch RESCALE_EVERY_TILE (no block-wide rescale decision): the lazy patterns above, fully
-    # masked rows (causal, Sq > Skv), varlen and GQA, against float64
-    import triton.language as tl
-
+@pytest.mark.parametrize("rung", ["exp2", "tuned-every-tile", "tuned-pipelined-every-tile"])
+def test_rescale_every_tile_stays_exact(rung):
+    # the rescale every tile (exp2, and tuned configs with lazy=False): the lazy patterns above, fully masked rows
+    # (causal, Sq > Skv), varlen and GQA, against float64
     from kernelwright.ops.attention import triton as T
 
-    monkeypatch.setattr(T, "RESCALE_EVERY_TILE", tl.constexpr(True))
-    test_lazy_rescale_stays_exact(rung, "rising")
-    test_lazy_rescale_stays_exact(rung, "jump")
+    config = {"exp2": None, "tuned-every-tile": T.AttentionConfig(64, 32, 4, 2, lazy=False),
+              "tuned-pipelined-every-tile": T.AttentionConfig(64, 32, 4, 2, pipeline=True, lazy=False)}[rung]
+    if config is None:
+        test_lazy_rescale_stays_exact(rung, "rising")
+        test_lazy_rescale_stays_exact(rung, "jump")
     for size in (S(1, 4, 1, 130, 70, 64, C), S(2, 4, 2, 77, 200, 32, spec.FULL), S(3, 4, 2, 90, 90, 64, VC)):
-        _check(rung, size, torch.bfloat16)
+        if config is None:
+            _check(rung, size, torch.bfloat16)
+            continue
+        case, _ = _case(size, torch.bfloat16)
+        out = torch.full(case.args[0].shape, float("nan"), dtype=torch.bfloat16, device=case.args[0].device)
+        T.attention_tuned(*case.args, out=out, config=config, **case.kwargs)
+        cmp = compare(out, reference64(FAM, case), FAM.tolerances[torch.bfloat16], error_scale(FAM, case))
+        assert cmp.ok, f"{rung} {case.label}: {cmp.reason}"
 
 
-def test_rescale_every_tile_drops_the_block_barriers_of_the_lazy_decision(monkeypatch):
+def test_rescale_every_tile_drops_the_block_barriers_of_the_lazy_decision():
     # sm_90 SASS (D128, 128 x 64 tiles, 8 warps): the lazy rescale's block-wide tl.max costs block barriers in
-    # every key tile (5 BAR.SYNC a tile when written; 2 with the switch); both loops (unmasked, masked) counted
-    import triton.language as tl
-
+    # every key tile (5 BAR.SYNC a tile in exp2_lazy when written; 2 in exp2); both loops (unmasked, masked)
     from kernelwright.harness import inspect as ki
     from kernelwright.ops.attention import hooks
-    from kernelwright.ops.attention import triton as T
 
-    def barriers():
-        report = ki.analyze(hooks.flash_artifact("exp2_lazy", S(4, 32, 32, 4096, 4096, 128), torch.bfloat16))
+    def barriers(rung):
+        report = ki.analyze(hooks.flash_artifact(rung, S(4, 32, 32, 4096, 4096, 128), torch.bfloat16))
         if report.mix is None:
             pytest.skip("no cuobjdump/nvdisasm to read the SASS")
         assert len(report.loops) == 2 and all(lp.mix.classes["tensor-core MMA"] == 12 for lp in report.loops)
         return [sum(n for op, n in lp.mix.opcodes.items() if op.startswith("BAR.SYNC")) for lp in report.loops]
 
-    lazy = barriers()
-    monkeypatch.setattr(T, "RESCALE_EVERY_TILE", tl.constexpr(True))
-    every = barriers()
+    lazy, every = barriers("exp2_lazy"), barriers("exp2")
     assert all(e <= lz - 2 for e, lz in zip(every, lazy, strict=True)), (lazy, every)
 
 
-@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2_lazy", "pipelined", "tuned"])
+@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2", "exp2_lazy", "pipelined", "tuned"])
 def test_huge_scores_stay_finite(rung):
     # scores of ~1e12 (inputs magnified 1e3, as the evaluator's "large" set does): on the GPU the FFMA that
     # subtracts the row max used the unrounded product while the max was of rounded ones, so exp2 saw ~1e5 and
@@ -444,7 +444,7 @@ def test_tuned_rung_tma_and_warp_specialized_configs(cfg, layout):
         assert cmp.ok, f"{case.label} seed={seed}: {cmp.reason}"
 
 
-@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2_lazy", "pipelined", "tuned"])
+@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2", "exp2_lazy", "pipelined", "tuned"])
 def test_flash_rungs_compile_for_hopper_without_spills(rung):
     # what the H200 will run, compiled here for sm_90 (Triton bundles ptxas): wgmma tensor-core code, no local
     # memory; for the tuned rung also its TMA candidates (descriptors of 4-D padded and 3-D packed k and v)
@@ -556,3 +556,13 @@ def test_no_grad_call_under_torch_compile_is_the_opaque_custom_op(varlen):
         want = fn(q, k, v)
     assert "kernelwright.attention_fwd" in seen and not any("triton_kernel" in s for s in seen), seen
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_lazy_rescale_is_a_tuned_dimension_and_old_cached_configs_stay_lazy():
+    # the tune cache stores configs as dicts; those written before the field existed were all measured lazy
+    from kernelwright.ops.attention import triton as T
+
+    assert T.AttentionConfig(**{"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}).lazy
+    assert not T.TUNED.default(S(4, 32, 32, 4096, 4096, 128), torch.bfloat16).lazy
+    lazies = {c.lazy for c in T._configs(torch.bfloat16)}
+    assert lazies == {False, True}

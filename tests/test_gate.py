@@ -92,3 +92,33 @@ def test_gpu_a_side_stream_cannot_run_under_the_gate():
     g.open()
     torch.cuda.synchronize()
     assert not ran_under_gate, "a side stream's kernel ran while the gate held the GPU"
+
+
+def test_a_gate_the_host_opened_for_a_later_generation_passes_at_once():
+    # kw bench queues batches: by the time the GPU reaches gate 7 the host may have opened 8 and 9 already
+    spins, release = _run(host_flag=9, gen=7, max_spins=50)
+    assert spins == 0 and release == 7
+
+
+@pytest.mark.gpu
+def test_gpu_the_timer_keeps_a_slow_host_out_of_its_samples():
+    # a call whose host code takes ~0.4 ms to queue two ~10 us kernels (as a Python op with several launches and
+    # some bookkeeping does): the fixed ~0.1 ms spin lets the host time into the samples, the gate does not
+    from kernelwright.harness import timing
+
+    x = torch.randn(1 << 22, device="cuda")
+
+    def slow_host():
+        t0 = time.perf_counter()
+        x.mul(2)
+        while time.perf_counter() - t0 < 4e-4:
+            pass
+        x.add(1)
+
+    cfg = dict(max_seconds=0.3, graph="off", flush_l2=False)
+    gated = timing.time_fn(slow_host, timing.TimerConfig(**cfg), "cuda")
+    spun = timing.time_fn(slow_host, timing.TimerConfig(**cfg, gate=False), "cuda")
+    assert gated.hold == "gate" and spun.hold == "spin"
+    assert gated.host_us > 350, gated.host_us
+    assert gated.median_ms < 0.15, f"gated {gated.median_ms:.3f} ms: host time in the samples"
+    assert spun.median_ms > 0.25, f"spin {spun.median_ms:.3f} ms: expected the host's 0.4 ms to show"

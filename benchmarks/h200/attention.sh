@@ -9,7 +9,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh pipelined  # the pipelined rung against exp2_lazy, the
 #                                                                     # re-tuned rung, the D128 sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh buckets    # tune the buckets tune.tgz lacks, bench them
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh rescale    # RESCALE_EVERY_TILE off / on, same rows
+#   (run 34, session 8's RESCALE_EVERY_TILE switch off / on, was `attention.sh rescale` at 21f50a9: now the exp2 rung)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh every      # exp2 rung, tuned space with lazy or not
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed).
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
@@ -68,14 +69,19 @@ case "${1:-one}" in
       --variant tuned --variant pipelined --variant exp2_lazy --variant sdpa_flash --variant sdpa_cudnn \
       --max-seconds 0.5
     ;;
-  rescale)
-    # session 8's switch: the exp2 rungs rescaling every tile (no block-wide lazy decision, 3 fewer block barriers
-    # a key tile in the sm_90 SASS) against the default, each in its own process, core shapes then the D128 sweep
-    for v in False True; do
-      KW_AUTOTUNE=0 step 120 python3 benchmarks/experiments/switch_bench.py \
-        "kernelwright.ops.attention.triton.RESCALE_EVERY_TILE=$v" -- bench attention --dtypes bf16 \
-        --sizes "$CORE,$SCALING" --variant exp2_lazy --variant pipelined --variant tuned --no-peers --max-seconds 0.5
-    done
+  every)
+    # session 9: the exp2 rung (rescale every tile) and the tuned space with the lazy dimension: GPU tests, a forced
+    # re-tune of the D128 1k/4k and D64 2k buckets (both masks; 16k keeps its cached lazy config), then the core
+    # shapes and the D128 sweep with exp2, exp2_lazy, tuned and the SDPA peers
+    step 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_attention.py tests/test_gate.py \
+      -k "exp2 or rescale or tuned or gate or timer"
+    grep -E "passed|failed" "$LOG" | tail -2
+    B="4x32x32x4096x4096x128,4x32x32x4096x4096x128:causal,8x32x32x2048x2048x64,8x32x32x2048x2048x64:causal"
+    step 260 python3 -m kernelwright.cli tune attention --variant tuned --dtypes bf16 --force \
+      --sizes "$B,16x32x32x1024x1024x128,16x32x32x1024x1024x128:causal"
+    tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
+    KW_AUTOTUNE=0 step 150 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$CORE,$SCALING" \
+      --variant tuned --variant exp2 --variant exp2_lazy --variant sdpa_flash --variant sdpa_cudnn --max-seconds 0.5
     ;;
   buckets)
     # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at

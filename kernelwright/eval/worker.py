@@ -32,7 +32,6 @@ import sys
 import time
 import traceback
 import types
-import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -171,27 +170,9 @@ def _gate_for(fn, warmup_args: list | None):
     itself (a gated trial call ran out of spins) or ``KW_EVAL_GATE=0``."""
     if os.environ.get("KW_EVAL_GATE", "1") == "0" or warmup_args is None:
         return None
-    from kernelwright.harness.gate import HostGate
+    from kernelwright.harness.gate import gate_for
 
-    try:
-        gate = HostGate()
-        gate.close()  # compiles the blocking kernel
-        gate.open()
-        torch.cuda.synchronize()
-    except Exception as e:  # no gate (a Triton that cannot build it): the fixed spin, as before
-        warnings.warn(f"the host gate is not available ({type(e).__name__}: {e}); timing behind a fixed spin",
-                      stacklevel=2)
-        return None
-    for _ in range(2):
-        gate.close()
-        try:
-            fn(*warmup_args)
-        finally:
-            gate.open()
-        torch.cuda.synchronize()
-        if gate.timed_out():
-            return None
-    return gate
+    return gate_for(lambda: fn(*warmup_args))
 
 
 def time_calls(fn, arg_sets: list[list], device: str, *, warmup_args: list | None = None, warmup: int = 0,

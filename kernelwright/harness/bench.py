@@ -142,7 +142,8 @@ def _measure(row: dict, c: Contender, family: Family, case: Case, dtype, ref, sc
     row.update(
         median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, n_samples=len(t.samples_ms),
         samples=[round(s, 6) for s in t.samples_ms], mode=t.mode, settled=t.settled,
-        throttled=t.throttled, telemetry={**row["telemetry"], **t.telemetry, "warmup_calls": t.warmup_calls},
+        throttled=t.throttled, telemetry={**row["telemetry"], **t.telemetry, "warmup_calls": t.warmup_calls,
+                                          "hold": t.hold, "host_us": round(t.host_us, 1)},
     )
 
 

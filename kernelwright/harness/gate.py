@@ -14,6 +14,11 @@ a side stream right after the gate still ran under it (runs 15 and 19), presumab
 blocks had filled every SM. The evaluator does not rely on it: it synchronises the whole device before the end
 of timing and checks each timed call's outputs (``tests/test_eval.py``'s side-stream test).
 
+Generations only grow, and a gate passes once the flag holds its generation *or a later one*: a host that queues
+several gated calls before the GPU reaches the first (``kw bench`` queues batches of samples) has opened them all,
+and each passes as soon as the GPU gets to it. (After 2^31 - 1 closes the generation wraps to 1 and that one gate
+passes at once.)
+
 The spin is bounded (``max_spins`` reads of the flag, a few hundred milliseconds): a timed call that waits on
 the GPU itself (``.item()``, ``synchronize()``) would otherwise wait on a gate that only it could open. A gate
 that ran out of spins says so (:meth:`HostGate.timed_out`), and the caller times that callable without a gate.
@@ -53,14 +58,14 @@ def _blocking_kernel(host_flag_ptr, release_ptr, spins_ptr, gen, max_spins):
     n = 0
     if tl.program_id(0) == 0:
         flag = tl.load(host_flag_ptr, volatile=True)
-        while (flag != gen) & (n < max_spins):
+        while (flag < gen) & (n < max_spins):
             flag = tl.load(host_flag_ptr, volatile=True)
             n += 1
         tl.store(release_ptr, gen)
         tl.store(spins_ptr, n)
     else:
         released = tl.load(release_ptr, volatile=True)
-        while (released != gen) & (n < 8 * max_spins):  # device-memory reads are faster than the host flag's
+        while (released < gen) & (n < 8 * max_spins):  # device-memory reads are faster than the host flag's
             released = tl.load(release_ptr, volatile=True)
             n += 1
 
@@ -114,3 +119,30 @@ class HostGate:
     def timed_out(self) -> bool:
         """True when the last blocking kernel gave up waiting: the timed call itself waited on the GPU."""
         return self.spins() >= self.max_spins
+
+
+def gate_for(call) -> HostGate | None:
+    """A gate to time ``call()`` behind, or None when it cannot be used: no gate can be built here (then a
+    warning says why) or ``call`` waits on the GPU itself (``.item()``, ``synchronize()``: a gated trial call ran
+    out of spins). Makes two gated trial calls."""
+    import warnings
+
+    try:
+        gate = HostGate()
+        gate.close()  # compiles the blocking kernel
+        gate.open()
+        torch.cuda.synchronize()
+    except Exception as e:  # a Triton that cannot build it: the caller's fixed spin, as before
+        warnings.warn(f"the host gate is not available ({type(e).__name__}: {e}); timing behind a fixed spin",
+                      stacklevel=2)
+        return None
+    for _ in range(2):
+        gate.close()
+        try:
+            call()
+        finally:
+            gate.open()
+        torch.cuda.synchronize()
+        if gate.timed_out():
+            return None
+    return gate

@@ -6,9 +6,12 @@ The CUDA method follows nvbench's "cold" measurement and Triton's ``do_bench``:
    autotuning and clock ramp-up stay out of the samples;
 2. before every sample, overwrite a buffer of at least twice the L2 size (allocated once, outside the timed
    span), so each sample reads its inputs from device memory, as a real model's next layer would;
-3. one CUDA event pair around each launch, queued behind a short spin kernel (nvbench's blocking kernel) so
-   the host's launch overhead is not in the sample; draw samples in batches until the relative IQR
-   (IQR / median) falls under ``rel_spread`` or ``max_seconds`` pass;
+3. one CUDA event pair around each launch, queued behind nvbench's blocking kernel (:mod:`kernelwright.harness.
+   gate`: a kernel the host releases once the start event, the call and the end event are all queued), so the
+   host's launch code is not in the sample however long it takes; a callable that waits on the GPU itself
+   cannot be gated and is queued behind a fixed ~100 us spin instead (then a host slower than the spin shows in
+   its samples). Draw samples in batches until the relative IQR (IQR / median) falls under ``rel_spread`` or
+   ``max_seconds`` pass;
 4. keep median, IQR, min and every raw sample.
 
 ``graph`` mode captures ``reps`` back-to-back calls into a CUDA graph and times each replay, for kernels too
@@ -45,6 +48,11 @@ class Timing:
     settled: bool = True
     """False when the spread never fell under the threshold before the time cap"""
     telemetry: dict = field(default_factory=dict)
+    hold: str = ""
+    """What kept the host's launch time out of CUDA samples: ``gate`` (the host-released blocking kernel) or
+    ``spin`` (a fixed spin: the callable waits on the GPU itself, or no gate could be built)"""
+    host_us: float = 0.0
+    """Median host time to queue one call (its launch cost), from the warm-up"""
 
     @property
     def rel_iqr(self) -> float:
@@ -95,6 +103,9 @@ class TimerConfig:
     """``on``, ``off`` or ``auto``: graph mode when one event-timed call takes under ``graph_below_us``"""
     graph_below_us: float = 15.0
     graph_reps: int = 20
+    gate: bool = True
+    """queue each CUDA sample behind the host gate (:mod:`kernelwright.harness.gate`) where it can be used; False:
+    behind the fixed spin, as before session 9"""
 
 
 def rotation_sets(nbytes: float, cap: int = 256) -> int:
@@ -123,46 +134,77 @@ def time_fn(fn: Callable[[], object], config: TimerConfig | None = None, device:
     if device == "cpu":
         return _time_cpu(fn, config)
     before = telemetry.read()
-    warm = _warmup_cuda(fn, config)
+    hold = _Hold(fn, config.gate)
+    warm = _warmup_cuda(fn, config, hold)
     t = None
     if config.graph == "on" or (config.graph == "auto" and warm.median_ms * 1e3 < config.graph_below_us):
         t = _time_cuda_graph((rotate() if rotate else None) or [fn], config)
     if t is None:
-        t = _time_cuda_events(fn, config)
+        t = _time_cuda_events(fn, config, hold)
     t.warmup_calls = warm.warmup_calls
+    t.host_us = warm.host_us
     t.telemetry = telemetry.around(before, telemetry.read())
     return t
 
 
-# nvbench's "blocking kernel": a spin of ~100 us at boost clock queued before the start event keeps the GPU busy
-# while the host runs the launch code (a Python launcher can take 20-60 us), so the event pair measures the
-# kernel, not the host's launch latency. Without it a 6 us kernel launched from Python times as ~25 us.
+# The fallback hold: a spin of ~100 us at boost clock queued before the start event keeps the GPU busy while the
+# host runs the launch code (a Python launcher can take 20-60 us). Without any hold a 6 us kernel launched from
+# Python times as ~25 us; with this one, a call whose host code takes longer than the spin (several launches, as
+# the norms' backward makes: H200 run 34) still gets host time in its samples, hence the gate.
 _HOLD_CYCLES = 200_000
 
 
-def _event_sample(fn, flush: bool) -> tuple[torch.cuda.Event, torch.cuda.Event]:
+class _Hold:
+    """What each sample of one callable is queued behind: the host gate when it can be used, else the spin."""
+
+    def __init__(self, fn, use_gate: bool):
+        from kernelwright.harness.gate import gate_for
+
+        fn()  # first call: compile, autotune, allocate (before the gate's trial calls)
+        torch.cuda.synchronize()
+        self.gate = gate_for(fn) if use_gate else None
+        self.kind = "gate" if self.gate is not None else "spin"
+
+    def close(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
+        else:
+            torch.cuda._sleep(_HOLD_CYCLES)
+
+    def open(self) -> None:
+        if self.gate is not None:
+            self.gate.open()
+
+
+def _event_sample(fn, flush: bool, hold: _Hold) -> tuple[torch.cuda.Event, torch.cuda.Event, float]:
     if flush:
         _l2_flush_buffer().zero_()
-    torch.cuda._sleep(_HOLD_CYCLES)
+    hold.close()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    fn()
-    end.record()
-    return start, end
+    t0 = time.perf_counter()
+    try:
+        fn()
+    finally:
+        host = time.perf_counter() - t0
+        end.record()
+        hold.open()
+    return start, end, host
 
 
-def _batch(fn, n: int, flush: bool) -> list[float]:
-    pairs = [_event_sample(fn, flush) for _ in range(n)]
+def _batch(fn, n: int, flush: bool, hold: _Hold, host: list[float] | None = None) -> list[float]:
+    """``n`` samples queued back to back, then one synchronize; ``host`` collects each call's host seconds."""
+    samples = [_event_sample(fn, flush, hold) for _ in range(n)]
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in pairs]
+    if host is not None:
+        host += [h for _, _, h in samples]
+    return [s.elapsed_time(e) for s, e, _ in samples]
 
 
-def _warmup_cuda(fn, config: TimerConfig) -> Timing:
-    fn()  # first call: compile, autotune, allocate
-    torch.cuda.synchronize()
-    t0, calls, last = time.perf_counter(), 1, None
+def _warmup_cuda(fn, config: TimerConfig, hold: _Hold) -> Timing:
+    t0, calls, last, host = time.perf_counter(), 1, None, []
     while True:
-        window = _batch(fn, 5, config.flush_l2)
+        window = _batch(fn, 5, config.flush_l2, hold, host)
         calls += 5
         med = statistics.median(window)
         if last is not None and abs(med - last) <= 0.05 * max(last, 1e-6):
@@ -170,16 +212,17 @@ def _warmup_cuda(fn, config: TimerConfig) -> Timing:
         if time.perf_counter() - t0 > config.warmup_max_seconds:
             break
         last = med
-    return Timing(med, 0.0, min(window), window, "warmup", warmup_calls=calls)
+    return Timing(med, 0.0, min(window), window, "warmup", warmup_calls=calls, hold=hold.kind,
+                  host_us=statistics.median(host) * 1e6)
 
 
-def _time_cuda_events(fn, config: TimerConfig) -> Timing:
+def _time_cuda_events(fn, config: TimerConfig, hold: _Hold) -> Timing:
     samples: list[float] = []
     t0 = time.perf_counter()
     batch = 10
     settled = False
     while len(samples) < config.max_samples:
-        samples += _batch(fn, batch, config.flush_l2)
+        samples += _batch(fn, batch, config.flush_l2, hold)
         if len(samples) >= config.min_samples:
             med, iqr, _ = summarize(samples)
             if iqr / med <= config.rel_spread:
@@ -189,7 +232,7 @@ def _time_cuda_events(fn, config: TimerConfig) -> Timing:
             break
         batch = min(batch * 2, 200)
     med, iqr, mn = summarize(samples)
-    return Timing(med, iqr, mn, samples, "cuda-events", settled=settled)
+    return Timing(med, iqr, mn, samples, "cuda-events", settled=settled, hold=hold.kind)
 
 
 def _time_cuda_graph(fns: list, config: TimerConfig) -> Timing | None:
@@ -210,12 +253,12 @@ def _time_cuda_graph(fns: list, config: TimerConfig) -> Timing | None:
         torch.cuda.synchronize()
         return None
     one = lambda: g.replay()
-    timing = _time_cuda_events(one, TimerConfig(**{**asdict(config), "flush_l2": False}))
+    timing = _time_cuda_events(one, TimerConfig(**{**asdict(config), "flush_l2": False}), _Hold(one, config.gate))
     scale = 1.0 / reps
     samples = [s * scale for s in timing.samples_ms]
     med, iqr, mn = summarize(samples)
     mode = "cuda-graph" if len(fns) > 1 else "cuda-graph-warm-l2"
-    return Timing(med, iqr, mn, samples, mode, settled=timing.settled)
+    return Timing(med, iqr, mn, samples, mode, settled=timing.settled, hold=timing.hold)
 
 
 def _time_cpu(fn, config: TimerConfig) -> Timing:

@@ -78,8 +78,10 @@ def flash_config(rung: str, size, dtype):
     return T.fit(T.pipelined_config(p.d) if rung == "pipelined" else T.default_config(p.d), p.sq, p.skv)
 
 
-_SWITCHES = {"flash": (False, False, False), "causal_skip": (True, False, False), "exp2_lazy": (True, True, False),
-             "pipelined": (True, True, False), "tuned": (True, True, True)}
+# (SKIP, EXP2, LAZY, LONGEST_FIRST) of each rung; the tuned rung's LAZY comes from its config
+_SWITCHES = {"flash": (False, False, False, False), "causal_skip": (True, False, False, False),
+             "exp2": (True, True, False, False), "exp2_lazy": (True, True, True, False),
+             "pipelined": (True, True, True, False), "tuned": (True, True, None, True)}
 
 
 def flash_artifact(rung: str, size, dtype, config=None):
@@ -95,12 +97,13 @@ def flash_artifact(rung: str, size, dtype, config=None):
 
     p = decode(size)
     cfg = config or flash_config(rung, size, dtype)
-    skip, lazy, longest = _SWITCHES[rung]
+    skip, exp2, lazy, longest = _SWITCHES[rung]
+    lazy = cfg.lazy if lazy is None else lazy
     ptr = _PTR[dtype]
     sig = {n: ptr for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")} | {"lse_ptr": "*fp32", "qk_scale": "fp32"}
     bd = T.block_d(p.d)
     consts = {"HEAD_DIM": p.d, "BLOCK_D": bd, "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N, "CAUSAL": p.causal,
-              "VARLEN": p.varlen, "SKIP": skip, "LAZY_EXP2": lazy, "LONGEST_FIRST": longest and p.causal,
+              "VARLEN": p.varlen, "SKIP": skip, "EXP2": exp2, "LAZY": lazy, "LONGEST_FIRST": longest and p.causal,
               "UPCAST": False, "PRECISION": T._precision(dtype), "WARP_SPEC": cfg.warp_specialize,
               "USE_TMA": cfg.tma, "PIPE": cfg.pipeline}
     if p.varlen:
@@ -128,6 +131,7 @@ def _artifacts(rung: str, size, dtype) -> list:
 
 artifacts_flash = functools.partial(_artifacts, "flash")
 artifacts_causal_skip = functools.partial(_artifacts, "causal_skip")
+artifacts_exp2 = functools.partial(_artifacts, "exp2")
 artifacts_exp2_lazy = functools.partial(_artifacts, "exp2_lazy")
 artifacts_pipelined = functools.partial(_artifacts, "pipelined")
 artifacts_tuned = functools.partial(_artifacts, "tuned")

@@ -1,4 +1,4 @@
-"""attention forward in Triton: naive -> flash -> causal_skip -> exp2_lazy -> tuned.
+"""attention forward in Triton: naive -> flash -> causal_skip -> exp2 -> exp2_lazy -> pipelined -> tuned.
 
 Legend: B batch, Hq query heads, Hkv kv heads (query head h reads kv head h // (Hq / Hkv)), Lq / Lk one
 sequence's query / key count, D head dim (BD: D rounded up to a power of two >= 16), BM x BN a tile of
@@ -16,13 +16,16 @@ j <= i + Lk - Lq.
 * ``causal_skip``: the same loop split in two: tiles every row of the block sees in full run without any mask;
   only the tiles the diagonal (or the end of the keys) crosses are masked, and tiles wholly above the diagonal
   are never loaded.
-* ``exp2_lazy``: scores in the exp2 domain with ``scale * log2(e)`` folded into one FMA with the max
-  subtraction, and FlashAttention-4's lazy rescaling: the running max used as the reference is kept (stale)
+* ``exp2``: scores in the exp2 domain with ``scale * log2(e)`` folded into one FMA with the max subtraction;
+  the running output rescaled every tile, row by row, as FlashAttention-2 and -3 do.
+* ``exp2_lazy``: exp2 with FlashAttention-4's lazy rescaling: the running max used as the reference is kept (stale)
   until some row's max grows past it by more than 8 (a factor 2^8 = 256, safe in fp32 and in the fp16/bf16 P
   fed to the second matmul); then, and only then, the accumulator is rescaled. The final division by l is
-  exact whatever reference was used.
-* ``tuned``: the exp2_lazy kernel with (BM, BN, warps, pipeline stages, warp specialization) searched per
-  bucket by :mod:`kernelwright.tune`, and causal query blocks launched longest first.
+  exact whatever reference was used. The decision is one for the whole block (a ``tl.max`` over its rows): on
+  sm_90 that costs block barriers every tile, and on the H200 the rung is slower than exp2 (run 34).
+* ``pipelined``: exp2_lazy with the next key tile's scores issued before this tile's softmax.
+* ``tuned``: the exp2 kernel with (BM, BN, warps, pipeline stages, k/v by TMA, pipelined or not, lazy rescale or
+  not) searched per bucket by :mod:`kernelwright.tune`, and causal query blocks launched longest first.
 
 Every kernel writes o (q's dtype) and lse (float32, natural log; -inf on rows that attend to no key). A row with
 no key gets l = 0: o is written as 0 and lse as -inf rather than 0/0.
@@ -34,6 +37,7 @@ first (round to nearest even, as on the GPU), so the CPU sees the GPU's rounding
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -49,13 +53,6 @@ _LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 # log2 units: rescale only when a row's max grows by more than 8, a factor 2^8 = 256 (FlashAttention-4)
 RESCALE_THRESHOLD: tl.constexpr = tl.constexpr(8.0)
 _FLOOR: tl.constexpr = tl.constexpr(-3.0e38)  # finite stand-in for -inf in the lazy rescale's comparisons
-RESCALE_EVERY_TILE: tl.constexpr = tl.constexpr(False)
-"""Experiment switch (``benchmarks/experiments/switch_bench.py``; set it before the first launch, Triton refuses a
-global changed after compiling) for the exp2 rungs: True rescales every row's output on every key tile (as FA2
-and FA3 do); False (the default) skips the rescale while no row's max grew past ``RESCALE_THRESHOLD``. That skip is
-decided for the whole block, by a ``tl.max`` over all its rows: in the sm_90 SASS (D128, 128 x 64 tiles, 8 warps)
-2 of the key loop's 5 block barriers (``BAR.SYNC``) are that reduction's, so both warpgroups meet twice a tile.
-Not yet timed on the GPU."""
 NAIVE_MAX_SCORE_BYTES = 16 * 2**30  # the naive rung's fp32 score matrix; beyond this it refuses the case
 
 
@@ -206,7 +203,7 @@ def _naive_pv_kernel(p_ptr, v_ptr, o_ptr, cu_q_ptr, cu_k_ptr, seqlen_q, seqlen_k
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# rungs 2-5: one flash kernel; the rungs differ by constexpr switches (SKIP, LAZY_EXP2, LONGEST_FIRST) and config
+# rungs 2-7: one flash kernel; the rungs differ by constexpr switches (SKIP, EXP2, LAZY, PIPE, LONGEST_FIRST) and config
 
 
 @triton.jit
@@ -231,7 +228,7 @@ def _kv_tile(base, desc, b, hk, k0, start_n, len_k, stride_s, stride_d, HEAD_DIM
 @triton.jit
 def _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, skd, svs, svd, lo, hi, len_k, offs_m,
               diag, qk_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-              MASK: tl.constexpr, CAUSAL: tl.constexpr, LAZY_EXP2: tl.constexpr, UPCAST: tl.constexpr,
+              MASK: tl.constexpr, CAUSAL: tl.constexpr, EXP2: tl.constexpr, LAZY: tl.constexpr, UPCAST: tl.constexpr,
               PRECISION: tl.constexpr, WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr, VARLEN: tl.constexpr,
               PIPE: tl.constexpr = False):
     """Fold key tiles [lo, hi) into the running (acc [BM, BD], l [BM], m [BM]). ``MASK``: mask keys past the end
@@ -271,19 +268,19 @@ def _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, 
             if CAUSAL:
                 valid = valid & (offs_n[None, :] <= offs_m[:, None] + diag)
             qk = tl.where(valid, qk, float("-inf"))
-        if LAZY_EXP2:
+        if EXP2:
             # qk_scale = scale * log2(e): scores in log2 units, the scale folded into the FMA below
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             # -inf (no key seen yet) clamped to the lowest float: a row going from -inf to a finite max grows by
             # ~3e38 (rescale), a row staying at -inf by 0 (no NaN from -inf - -inf), and alpha is 0 or 1 for them
             m_old = tl.maximum(m_i, _FLOOR)
             m_now = tl.maximum(m_new, _FLOOR)
-            if RESCALE_EVERY_TILE:  # no block-wide decision: no block barrier for it
+            if not LAZY:  # every tile, every row (FA2, FA3): no block-wide decision, no block barrier for it
                 alpha = tl.math.exp2(m_old - m_now)
                 acc = acc * alpha[:, None]
                 l_i = l_i * alpha
                 m_i = m_new
-            elif tl.max(m_now - m_old, 0) > RESCALE_THRESHOLD:
+            elif tl.max(m_now - m_old, 0) > RESCALE_THRESHOLD:  # lazy: one decision for the whole block
                 alpha = tl.math.exp2(m_old - m_now)
                 acc = acc * alpha[:, None]
                 l_i = l_i * alpha
@@ -327,8 +324,8 @@ def _flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, k_desc, v_desc, cu_q_
                       qk_scale, sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos, sod,
                       slb, slh, sls,
                       HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SKIP: tl.constexpr, LAZY_EXP2: tl.constexpr,
-                      LONGEST_FIRST: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                      CAUSAL: tl.constexpr, VARLEN: tl.constexpr, SKIP: tl.constexpr, EXP2: tl.constexpr,
+                      LAZY: tl.constexpr, LONGEST_FIRST: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
                       WARP_SPEC: tl.constexpr, USE_TMA: tl.constexpr, PIPE: tl.constexpr = False):
     """One program per (BM query rows, batch x query head): q stays in registers, k and v stream through once
     (read D elements of k and v per key, write o and lse once: the minimum traffic)."""
@@ -359,19 +356,19 @@ def _flash_fwd_kernel(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, k_desc, v_desc, cu_q_
             full_hi = (tl.maximum(full, 0) // BLOCK_N) * BLOCK_N
             acc, l_i, m_i = _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, skd, svs,
                                       svd, 0, full_hi, len_k, offs_m, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
-                                      False, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, WARP_SPEC, USE_TMA, VARLEN, PIPE)
+                                      False, CAUSAL, EXP2, LAZY, UPCAST, PRECISION, WARP_SPEC, USE_TMA, VARLEN, PIPE)
             acc, l_i, m_i = _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, skd, svs,
                                       svd, full_hi, hi, len_k, offs_m, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
-                                      True, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, False, USE_TMA, VARLEN, PIPE)
+                                      True, CAUSAL, EXP2, LAZY, UPCAST, PRECISION, False, USE_TMA, VARLEN, PIPE)
         else:
             acc, l_i, m_i = _kv_tiles(acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, b, hk, k0, sks, skd, svs,
                                       svd, 0, len_k, len_k, offs_m, diag, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_N,
-                                      True, CAUSAL, LAZY_EXP2, UPCAST, PRECISION, False, USE_TMA, VARLEN, PIPE)
+                                      True, CAUSAL, EXP2, LAZY, UPCAST, PRECISION, False, USE_TMA, VARLEN, PIPE)
         # epilogue: exact normalization; a row that saw no key has l = 0 -> o = 0, lse = -inf
         empty = l_i == 0.0
         l_safe = tl.where(empty, 1.0, l_i)
         o = acc / l_safe[:, None]
-        if LAZY_EXP2:
+        if EXP2:
             lse = (m_i + tl.math.log2(l_safe)) * _LN2
         else:
             lse = m_i + tl.log(l_safe)
@@ -399,6 +396,9 @@ class AttentionConfig:
     warp_specialize: bool = False
     tma: bool = False
     pipeline: bool = False  # the next tile's scores computed before this tile's softmax (_kv_tiles' PIPE)
+    lazy: bool = True
+    """FlashAttention-4's lazy rescale (exp2_lazy) or a rescale every tile (exp2). Configs cached before this field
+    existed were all lazy, hence the default; the untuned default and half of the candidates are not."""
 
     def smem_bytes(self, block_d: int, elt: int) -> int:
         """q's tile plus ``num_stages`` buffered k and v tiles (an estimate of what the pipeliner allocates)."""
@@ -439,7 +439,7 @@ def fit(cfg: AttentionConfig, max_q: int, max_k: int) -> AttentionConfig:
     if (bm, bn) == (cfg.BLOCK_M, cfg.BLOCK_N):
         return cfg
     warps = cfg.num_warps if bm * bn >= 64 * 64 else 4
-    return AttentionConfig(bm, bn, warps, cfg.num_stages, cfg.warp_specialize, cfg.tma, cfg.pipeline)
+    return dataclasses.replace(cfg, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps)
 
 
 # (BM, BN, warps, stages, TMA): shapes that suit Hopper's wgmma (m64 per warpgroup), big to small. No warp-
@@ -457,8 +457,12 @@ _PIPELINED = ((128, 64, 8, 3, True), (128, 64, 8, 2, True), (64, 64, 4, 3, True)
 
 
 def _configs(dtype) -> list[AttentionConfig]:
-    return ([AttentionConfig(bm, bn, w, s, tma=tma) for bm, bn, w, s, tma in _CANDIDATES]
-            + [AttentionConfig(bm, bn, w, s, tma=tma, pipeline=True) for bm, bn, w, s, tma in _PIPELINED])
+    # each shape with the rescale every tile and lazily: H200 run 34 had every tile 8-14% ahead on exp2_lazy's
+    # fixed config but 20% behind on the (lazy-tuned) 4-warp pipelined config of D128 causal
+    return [AttentionConfig(bm, bn, w, s, tma=tma, pipeline=pipe, lazy=lazy)
+            for lazy in (False, True)
+            for pipe, shapes in ((False, _CANDIDATES), (True, _PIPELINED))
+            for bm, bn, w, s, tma in shapes]
 
 
 def _elt(dtype) -> int:
@@ -505,7 +509,7 @@ def _default(size, dtype) -> AttentionConfig:
     from kernelwright.ops.attention.spec import decode
 
     p = decode(size)
-    return fit(default_config(p.d), p.sq, p.skv)
+    return fit(dataclasses.replace(default_config(p.d), lazy=False), p.sq, p.skv)
 
 
 TUNED = tune.Space("attention.tuned", AttentionConfig, _configs, _prune, _bucket, _default)
@@ -614,10 +618,10 @@ def _kv_descriptors(k: torch.Tensor, v: torch.Tensor, p: _Problem, cfg: Attentio
 
 
 def _launch_flash(q, k, v, out, lse, p: _Problem, causal: bool, scale: float, cfg: AttentionConfig, *, skip: bool,
-                  lazy_exp2: bool, longest_first: bool):
+                  exp2: bool, lazy: bool, longest_first: bool):
     bd = block_d(p.d)
     grid = (triton.cdiv(p.max_q, cfg.BLOCK_M), p.batch * p.hq)
-    qk_scale = scale * LOG2E if lazy_exp2 else scale
+    qk_scale = scale * LOG2E if exp2 else scale
     k_desc = v_desc = None
     if cfg.tma and tma_possible():
         k_desc, v_desc = _kv_descriptors(k, v, p, cfg)
@@ -625,7 +629,7 @@ def _launch_flash(q, k, v, out, lse, p: _Problem, causal: bool, scale: float, cf
         q, k, v, out, lse, k_desc, v_desc, p.cu_q, p.cu_k, p.seqlen_q, p.seqlen_k, p.hq, p.hq // p.hkv, qk_scale,
         *p.sq, *p.sk, *p.sv, *p.so, *p.sl,
         HEAD_DIM=p.d, BLOCK_D=bd, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, CAUSAL=causal, VARLEN=p.varlen,
-        SKIP=skip, LAZY_EXP2=lazy_exp2, LONGEST_FIRST=longest_first and causal, UPCAST=_upcast(q.dtype),
+        SKIP=skip, EXP2=exp2, LAZY=lazy and exp2, LONGEST_FIRST=longest_first and causal, UPCAST=_upcast(q.dtype),
         PRECISION=_precision(q.dtype), WARP_SPEC=cfg.warp_specialize, USE_TMA=k_desc is not None,
         PIPE=cfg.pipeline, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out
@@ -675,33 +679,40 @@ def attention_flash(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=Fal
                     max_seqlen_k=None, out, lse=None):
     """Online softmax over every key tile, each tile masked elementwise."""
     return _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse,
-                       skip=False, lazy_exp2=False, longest_first=False)
+                       skip=False, exp2=False, lazy=False, longest_first=False)
 
 
 def attention_causal_skip(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False, scale=None,
                           max_seqlen_q=None, max_seqlen_k=None, out, lse=None):
     """Tiles above the diagonal never loaded; only diagonal (and ragged last) tiles masked."""
     return _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse,
-                       skip=True, lazy_exp2=False, longest_first=False)
+                       skip=True, exp2=False, lazy=False, longest_first=False)
+
+
+def attention_exp2(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False, scale=None, max_seqlen_q=None,
+                   max_seqlen_k=None, out, lse=None):
+    """causal_skip in the exp2 domain with the scale folded in; the output rescaled every tile."""
+    return _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse,
+                       skip=True, exp2=True, lazy=False, longest_first=False)
 
 
 def attention_exp2_lazy(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False, scale=None,
                         max_seqlen_q=None, max_seqlen_k=None, out, lse=None):
-    """causal_skip in the exp2 domain with the scale folded in, rescaling only when a row max grows by > 2^8."""
+    """exp2, rescaling only when a row max grows by > 2^8 (decided for the whole block)."""
     return _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse,
-                       skip=True, lazy_exp2=True, longest_first=False)
+                       skip=True, exp2=True, lazy=True, longest_first=False)
 
 
 def attention_pipelined(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False, scale=None,
                         max_seqlen_q=None, max_seqlen_k=None, out, lse=None):
     """exp2_lazy with the next key tile's scores computed before this tile's softmax (their wgmma overlaps it)."""
     return _fixed_rung(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, max_seqlen_q, max_seqlen_k, out, lse,
-                       pipeline=True, skip=True, lazy_exp2=True, longest_first=False)
+                       pipeline=True, skip=True, exp2=True, lazy=True, longest_first=False)
 
 
 def launch_tuned(q, k, v, out, lse, p: _Problem, causal: bool, scale: float, cfg: AttentionConfig):
-    return _launch_flash(q, k, v, out, lse, p, causal, scale, fit(cfg, p.max_q, p.max_k), skip=True, lazy_exp2=True,
-                         longest_first=True)
+    return _launch_flash(q, k, v, out, lse, p, causal, scale, fit(cfg, p.max_q, p.max_k), skip=True, exp2=True,
+                         lazy=cfg.lazy, longest_first=True)
 
 
 def tuned_size(p: _Problem, causal: bool) -> tuple[int, ...]:
