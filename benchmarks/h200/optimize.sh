@@ -23,7 +23,12 @@ if [ -n "${PREV:-}" ] && [ -f "$PREV/optimized.tgz" ]; then tar -xzf "$PREV/opti
 # REDO="level1/20_decode_attention_fp16 level2/11_rope_gqa_attention_bf16": search these again (their records and
 # best candidates are dropped, so --resume does not skip them)
 for p in ${REDO:-}; do rm -f "/tmp/opt/$p.search.json" "/tmp/opt/$(dirname "$p")/candidates/$(basename "$p")".*; done
-[ -f /tmp/opt/tune.tgz ] && tar -xzf /tmp/opt/tune.tgz -C "$KW_CACHE_DIR"
+# the previous calls' tune cache merged in entry by entry (the newer tuning of a key wins): unpacking it over the
+# committed one would put back configs the committed cache has since re-tuned (session 9's attention buckets)
+if [ -f /tmp/opt/tune.tgz ]; then
+  rm -rf /tmp/prevtune && mkdir -p /tmp/prevtune && tar -xzf /tmp/opt/tune.tgz -C /tmp/prevtune
+  python3 benchmarks/merge_tune.py /tmp/prevtune "$KW_CACHE_DIR" | tee -a "$LOG"
+fi
 # a snapshot of the results every 30 s: a call cut short by its time limit still brings back what was done
 ( while sleep 30; do tar -czf "$OUT/optimized.part.tgz" -C /tmp opt 2>/dev/null && mv "$OUT/optimized.part.tgz" "$OUT/optimized.tgz"; done ) &
 SNAP=$!
