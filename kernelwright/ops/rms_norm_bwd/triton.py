@@ -54,9 +54,12 @@ not timed."""
 FUSED_PREFETCH = True  # the fused rung loads its next tile while it reduces this one (norm_configs.py --library)
 FUSED_MAXNREG: int | None = None
 """register cap a thread of the fused backward (Triton's ``maxnreg``; None: the compiler's choice), an experiment
-switch: 168 is what lets three 4-warp programs share an SM (see :data:`FUSED_DW_PER_TILE`)."""
+switch: 168 is what lets three 4-warp programs share an SM (see :data:`FUSED_DW_PER_TILE`); measured and off
+(H200 run 36: -12% to -50% alone, spilling, and no gain with the per-tile sums)."""
 FUSED_DW_PER_TILE = False
-"""Experiment switch (``benchmarks/experiments/switch_bench.py``; not yet timed): the fused backward sums each
+"""Experiment switch (``benchmarks/experiments/switch_bench.py``; measured and off: H200 run 36, bf16 at 1024 columns,
+per tile -7% to -22% at 16384 rows for rms / add_rms, +2% rms and -2% layer norm at 65536 rows, add_rms -30%;
+with FUSED_MAXNREG = 168 no better; journal "Session 9"): the fused backward sums each
 tile's dweight (and dbias) contributions over its rows at once, into a ``[BLOCK]`` accumulator, instead of
 keeping ``[BLOCK_R, BLOCK]`` accumulators summed after the loop. sm_90 SASS at 1024 columns, bf16, 4 rows over 4
 warps (the configuration used there): every thread holds all 4 rows of its 8 columns, so the per-tile sum is
