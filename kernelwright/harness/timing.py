@@ -162,7 +162,13 @@ class _Hold:
 
         fn()  # first call: compile, autotune, allocate (before the gate's trial calls)
         torch.cuda.synchronize()
-        self.gate = gate_for(fn) if use_gate else None
+        self.calls = 1  # the first call and the gate's trial calls
+
+        def trial():
+            self.calls += 1
+            return fn()
+
+        self.gate = gate_for(trial) if use_gate else None
         self.kind = "gate" if self.gate is not None else "spin"
 
     def close(self) -> None:
@@ -202,7 +208,7 @@ def _batch(fn, n: int, flush: bool, hold: _Hold, host: list[float] | None = None
 
 
 def _warmup_cuda(fn, config: TimerConfig, hold: _Hold) -> Timing:
-    t0, calls, last, host = time.perf_counter(), 1, None, []
+    t0, calls, last, host = time.perf_counter(), hold.calls, None, []
     while True:
         window = _batch(fn, 5, config.flush_l2, hold, host)
         calls += 5
