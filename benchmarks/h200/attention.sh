@@ -11,6 +11,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh buckets    # tune the buckets tune.tgz lacks, bench them
 #   (run 34, session 8's RESCALE_EVERY_TILE switch off / on, was `attention.sh rescale` at 21f50a9: now the exp2 rung)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh every      # exp2 rung, tuned space with lazy or not
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh xl         # tune the 16k buckets; the D64 sweep
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed).
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
@@ -82,6 +83,18 @@ case "${1:-one}" in
     tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
     KW_AUTOTUNE=0 step 150 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$CORE,$SCALING" \
       --variant tuned --variant exp2 --variant exp2_lazy --variant sdpa_flash --variant sdpa_cudnn --max-seconds 0.5
+    ;;
+  xl)
+    # next after session 9: the 16k buckets (qxl) have no tuned entry (run 35's 16k rows ran exp2's default config),
+    # tune them at D128 and D64, both masks; then the D64 sweep (last measured in run 12) and D128 16k, tuned against
+    # exp2 and the SDPA peers
+    X="1x32x32x16384x16384x128,1x32x32x16384x16384x128:causal,1x32x32x16384x16384x64,1x32x32x16384x16384x64:causal"
+    step 260 python3 -m kernelwright.cli tune attention --variant tuned --dtypes bf16 --force --sizes "$X"
+    tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
+    D64="16x32x32x1024x1024x64,4x32x32x4096x4096x64,2x32x32x8192x8192x64,1x32x32x16384x16384x64"
+    D64="$D64,16x32x32x1024x1024x64:causal,4x32x32x4096x4096x64:causal,2x32x32x8192x8192x64:causal"
+    KW_AUTOTUNE=0 step 150 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$X,$D64" \
+      --variant tuned --variant exp2 --variant sdpa_flash --variant sdpa_cudnn --max-seconds 0.5
     ;;
   buckets)
     # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at
