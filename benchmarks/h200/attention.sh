@@ -12,7 +12,8 @@
 #   (run 34, session 8's RESCALE_EVERY_TILE switch off / on, was `attention.sh rescale` at 21f50a9: now the exp2 rung)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh every      # exp2 rung, tuned space with lazy or not
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh xl         # tune the 16k buckets; the D64 sweep
-# A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed).
+# A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed). The GPU tests
+# run with their own cache: a test that tunes a test-sized problem must not set the config of a real bucket.
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -36,7 +37,7 @@ case "${1:-one}" in
   one)
     # every rung at real sizes (bf16; fp16 and fp32 on one size; S = 16k causal) against float64: compile errors and
     # wrong results show here first
-    step 150 python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_attention.py
+    KW_CACHE_DIR=/tmp/kwtestcache step 150 python3 -m pytest -q -p no:cacheprovider -x -m gpu tests/test_attention.py
     grep -E "passed|failed" "$LOG" | tail -2
     step 150 python3 -m kernelwright.cli tune attention --variant tuned --dtypes bf16 --sizes "$TUNE"
     tar -czf "$OUT/tune.tgz" -C "$KW_CACHE_DIR" tune
@@ -57,7 +58,7 @@ case "${1:-one}" in
     # session 7's rung (next tile's scores before this tile's softmax): its GPU tests, then exp2_lazy / pipelined /
     # tuned side by side with the peers on the core shapes (tuned re-tuned: its candidates now include pipelined
     # configs), then the D128 sweep of the best against FA2 and cuDNN
-    step 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_attention.py -k "pipelined or exp2_lazy"
+    KW_CACHE_DIR=/tmp/kwtestcache step 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_attention.py -k "pipelined or exp2_lazy"
     grep -E "passed|failed" "$LOG" | tail -2
     step 60 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$CORE" --variant exp2_lazy \
       --variant pipelined --variant sdpa_flash --variant sdpa_cudnn --max-seconds 1
@@ -74,7 +75,7 @@ case "${1:-one}" in
     # session 9: the exp2 rung (rescale every tile) and the tuned space with the lazy dimension: GPU tests, a forced
     # re-tune of the D128 1k/4k and D64 2k buckets (both masks; 16k keeps its cached lazy config), then the core
     # shapes and the D128 sweep with exp2, exp2_lazy, tuned and the SDPA peers
-    step 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_attention.py tests/test_gate.py \
+    KW_CACHE_DIR=/tmp/kwtestcache step 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_attention.py tests/test_gate.py \
       -k "exp2 or rescale or tuned or gate or timer"
     grep -E "passed|failed" "$LOG" | tail -2
     B="4x32x32x4096x4096x128,4x32x32x4096x4096x128:causal,8x32x32x2048x2048x64,8x32x32x2048x2048x64:causal"
