@@ -396,6 +396,98 @@ def test_a_killed_worker_never_corrupts_the_archive(tmp_path):
     assert Archive(db).best(SOFTMAX).code == _GOOD
 
 
+class _ScriptedPool:
+    """A pool whose verdicts are scripted per candidate source: each judgment of a source takes the next speedup
+    of its list (``None``: a failed verdict), so the final round's arithmetic can be checked exactly."""
+
+    n_workers = 2
+
+    def __init__(self, script):
+        self.script = {k: list(v) for k, v in script.items()}
+        self.jobs = []
+
+    def submit(self, job):
+        import concurrent.futures as cf
+
+        self.jobs.append(job["name"])
+        x = self.script[job["candidate"]].pop(0)
+        verdict = ({"passed": True, "correct": True, "speedup_eager": x} if x is not None else
+                   {"passed": False, "correct": False, "category": "nondeterministic", "reason": "runs disagree"})
+        fut = cf.Future()
+        fut.set_result({"verdict": verdict, "wall_s": 0.01, "worker": "w0"})
+        return fut
+
+    def close(self):
+        pass
+
+
+def _sources(n):
+    return [_GOOD.replace("dim=-1)", f"dim=-1)  # candidate {i}") for i in range(n)]
+
+
+def test_final_round_settles_near_ties_by_the_mean_of_judgments(tmp_path):
+    a, b, c = _sources(3)
+    # a leads by a hair, b within 5%, c far behind; judged again, b comes out ahead on the mean
+    pool = _ScriptedPool({a: [1.00, 0.90], b: [0.98, 0.99], c: [0.80]})
+    res = optimize(SOFTMAX, budget=3, proposers=[_ListProposer([a, b, c])], pool=pool,
+                   archive=str(tmp_path / "a.db"), seed=1, device="cpu", write=False, finalists=3)
+    assert res.attempts == 3 and len(res.history) == 3  # re-judgments do not count against the budget
+    assert [j for j in pool.jobs if j.endswith("_final")] == ["softmax_tiny_2_final", "softmax_tiny_1_final"]
+    finals = {f["index"]: f for f in res.finals}
+    assert set(finals) == {1, 2}  # c is not within 5% of the best
+    assert finals[1]["speedups"] == [1.0, 0.9] and finals[1]["mean"] == 0.95 and not finals[1]["won"]
+    assert finals[2]["mean"] == pytest.approx(0.985) and finals[2]["won"]
+    assert res.best.proposal.source == b and res.best.fitness == 0.99  # the winner's latest verdict
+    assert res.summary()["best"]["speedup_eager"] == 0.99 and res.summary()["finals"] == res.finals
+    assert len(_rows(tmp_path / "a.db")) == 5  # every judgment archived
+
+
+def test_final_round_drops_a_finalist_that_fails_again_and_skips_clear_wins(tmp_path):
+    a, b, c = _sources(3)
+    pool = _ScriptedPool({a: [1.00, None], b: [0.97, 0.96], c: [0.5]})
+    res = optimize(SOFTMAX, budget=3, proposers=[_ListProposer([a, b, c])], pool=pool,
+                   archive=str(tmp_path / "a.db"), seed=1, device="cpu", write=False, finalists=2)
+    assert res.best.proposal.source == b  # a passed once and failed its re-judgment: out
+    assert [f["mean"] for f in res.finals] == [0.0, pytest.approx(0.965)]
+
+    pool = _ScriptedPool({a: [1.00], b: [0.80]})  # no near-tie: no final round, no extra evaluation
+    res = optimize(SOFTMAX, budget=2, proposers=[_ListProposer([a, b])], pool=pool,
+                   archive=str(tmp_path / "b.db"), seed=1, device="cpu", write=False, finalists=3)
+    assert res.finals == [] and len(pool.jobs) == 2 and res.best.proposal.source == a
+    pool = _ScriptedPool({a: [1.00], b: [0.99]})  # the default: no final round
+    res = optimize(SOFTMAX, budget=2, proposers=[_ListProposer([a, b])], pool=pool,
+                   archive=str(tmp_path / "c.db"), seed=1, device="cpu", write=False)
+    assert res.finals == [] and len(pool.jobs) == 2
+    with pytest.raises(UsageError, match="finalists"):
+        optimize(SOFTMAX, budget=2, proposers=[], pool=pool, device="cpu", write=False, finalists=-1)
+    with pytest.raises(UsageError, match="finalist_margin"):
+        optimize(SOFTMAX, budget=2, proposers=[], pool=pool, device="cpu", write=False, finalist_margin=2.0)
+
+
+def test_a_set_record_shows_the_final_round_mean_per_rung(tmp_path):
+    from types import SimpleNamespace
+
+    from kernelwright.search.optset import problem_record
+
+    a, b = _sources(2)
+    plans = iter([{"sites": [["softmax", "softmax", None]]}, {"sites": [["softmax", "softmax", "split"]]}])
+
+    class Planned(_ListProposer):
+        def propose(self, state):
+            prop = super().propose(state)
+            if prop is not None:
+                prop.plan = next(plans)
+            return prop
+
+    pool = _ScriptedPool({a: [1.00, 0.90], b: [0.98, 1.00]})
+    res = optimize(SOFTMAX, budget=2, proposers=[Planned([a, b])], pool=pool, archive=str(tmp_path / "a.db"),
+                   seed=1, device="cpu", write=False, finalists=2)
+    site = SimpleNamespace(kind="softmax", anchor="softmax", variants=(None, "split", "fused"), auto="fused")
+    rec = problem_record(res, Path(SOFTMAX), [site], None)
+    assert rec["rungs"] == {"auto": 0.95, "split": pytest.approx(0.99)} and rec["rungs_total"] == 3
+    assert rec["best"]["speedup_eager"] == 1.0 and rec["best"]["plan"]["sites"][0][2] == "split"
+
+
 # --- the LLM proposer against a stub endpoint ---------------------------------------------------------------------
 _WRONG = _GOOD.replace("dim=-1", "dim=0")
 REPLIES = [f"Here it is:\n```python\n{_WRONG}```\n", "I am sorry, I cannot write kernels today.",

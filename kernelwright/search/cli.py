@@ -54,6 +54,11 @@ def add_optimize_parser(sub, common: argparse.ArgumentParser) -> argparse.Argume
     p.add_argument("--no-compile-baseline", action="store_true",
                    help="do not time torch.compile of the reference (saves its compile per problem; verdicts then "
                         "carry no speedup vs compile)")
+    p.add_argument("--finalists", type=int, default=0,
+                   help="at the end, judge again the best N candidates within --finalist-margin of the best and "
+                        "rank them by the mean of their judgments (default 0: off; 3 settles near-ties)")
+    p.add_argument("--finalist-margin", type=float, default=0.05,
+                   help="a finalist is within this fraction of the best speedup (default 0.05)")
     p.add_argument("--problem-seconds", type=float, default=None,
                    help="a set: wall-clock seconds per problem's search (in-flight candidates finish)")
     p.add_argument("--deadline", type=float, default=None,
@@ -94,6 +99,10 @@ def run_optimize(args: argparse.Namespace) -> int:
         device = runtime.current_device()
         if args.budget < 1:
             raise UsageError(f"--budget: expected at least 1, got {args.budget}")
+        if args.finalists < 0:
+            raise UsageError(f"--finalists: expected 0 or more, got {args.finalists}")
+        if not 0 <= args.finalist_margin <= 1:
+            raise UsageError(f"--finalist-margin: expected a fraction between 0 and 1, got {args.finalist_margin}")
         refs = list(args.reference)
         is_set = len(refs) > 1 or os.path.isdir(refs[0])
         if is_set:
@@ -144,7 +153,8 @@ def run_optimize(args: argparse.Namespace) -> int:
             s = optimize_set(refs, args.out or "optimized", budget=args.budget, pool=pool, archive=archive,
                              device=device, seed=args.seed, eval_options=options, population=args.population,
                              compile_modes=_compile_modes(args.compile_modes), problem_seconds=args.problem_seconds,
-                             deadline_s=args.deadline, resume=args.resume, log=say)
+                             deadline_s=args.deadline, resume=args.resume, log=say, finalists=args.finalists,
+                             finalist_margin=args.finalist_margin)
             say(format_summary(s))
             say(f"wrote {os.path.join(args.out or 'optimized', 'summary.json')}")
             if getattr(args, "json", False):
@@ -166,7 +176,8 @@ def run_optimize(args: argparse.Namespace) -> int:
         say(f"evaluating on {pool.describe()}, budget {args.budget}, archive {archive.path}")
         result = optimize(args.reference, budget=args.budget, proposers=proposers, pool=pool, archive=archive,
                           out_path=args.out, seed=args.seed, device=device, eval_options=options,
-                          population=args.population, log=say)
+                          population=args.population, log=say, finalists=args.finalists,
+                          finalist_margin=args.finalist_margin)
     except UsageError as e:
         print(f"kw: error: {e}", file=sys.stderr)
         return EXIT_USAGE

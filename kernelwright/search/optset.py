@@ -20,7 +20,8 @@ counts only speedups beyond the timing noise (``1 + noise``, the larger relative
 samples): a candidate that equals eager can time at 1.01x.
 
 For a problem with one substitutable site (a single op), ``rungs`` lists the speedup of each of the site's
-variants that was judged on its own (``auto`` is the family's own choice) and ``rungs_total`` how many there are,
+variants that was judged on its own (``auto`` is the family's own choice; a variant that went to the final round
+shows the mean of its judgments, or nothing when it failed a re-judgment) and ``rungs_total`` how many there are,
 so whether the search found the family's best rung for that problem can be read off.
 """
 
@@ -119,6 +120,10 @@ def problem_record(result, problem: Path, sites: list, seconds_cap: float | None
             one = _single_site(a["plan"])
             if one and one[0] == f"{site.kind}@{site.anchor}":
                 rungs[one[1]] = a["speedup_eager"] if a["passed"] else None
+        for f in result.finals:  # the final round's mean replaces a finalist's single judgment
+            one = _single_site(next((a["plan"] for a in attempts if a["index"] == f["index"]), None))
+            if one and one[0] == f"{site.kind}@{site.anchor}":
+                rungs[one[1]] = f["mean"] or None
         rec["rungs"] = rungs
         rec["rungs_total"] = len(site.variants)
         rec["auto_rung"] = getattr(site, "auto", None)
@@ -179,7 +184,8 @@ def format_summary(s: dict) -> str:
 def optimize_set(paths: list[str], out_dir: str | os.PathLike, *, budget: int, pool, archive,
                  device: str, seed: int | None = None, eval_options: dict | None = None, population: int = 8,
                  compile_modes=None, problem_seconds: float | None = None, deadline_s: float | None = None,
-                 resume: bool = False, log: Callable[[str], None] | None = None) -> dict:
+                 resume: bool = False, log: Callable[[str], None] | None = None, finalists: int = 0,
+                 finalist_margin: float = 0.05) -> dict:
     """Search every problem of ``paths`` in turn (see the module docstring); returns :func:`summarize`'s dict."""
     from kernelwright.search.builtin import BuiltinProposer
     from kernelwright.search.optimize import optimize
@@ -208,7 +214,8 @@ def optimize_set(paths: list[str], out_dir: str | os.PathLike, *, budget: int, p
         cand.parent.mkdir(parents=True, exist_ok=True)
         result = optimize(str(f), budget=budget, proposers=[bp], pool=pool, archive=archive, out_path=cand,
                           seed=seed, device=device, eval_options=eval_options, population=population,
-                          log=lambda line: say("   " + line), deadline_s=cap)
+                          log=lambda line: say("   " + line), deadline_s=cap, finalists=finalists,
+                          finalist_margin=finalist_margin)
         rec = problem_record(result, f, bp.analysis.sites, cap)
         rec_path.write_text(json.dumps(rec, indent=1, default=str) + "\n")
         b = result.best
