@@ -402,9 +402,9 @@ class _ScriptedPool:
 
     n_workers = 2
 
-    def __init__(self, script):
+    def __init__(self, script, wall_s=0.01):
         self.script = {k: list(v) for k, v in script.items()}
-        self.jobs = []
+        self.jobs, self.wall_s = [], wall_s
 
     def submit(self, job):
         import concurrent.futures as cf
@@ -414,7 +414,7 @@ class _ScriptedPool:
         verdict = ({"passed": True, "correct": True, "speedup_eager": x} if x is not None else
                    {"passed": False, "correct": False, "category": "nondeterministic", "reason": "runs disagree"})
         fut = cf.Future()
-        fut.set_result({"verdict": verdict, "wall_s": 0.01, "worker": "w0"})
+        fut.set_result({"verdict": verdict, "wall_s": self.wall_s, "worker": "w0"})
         return fut
 
     def close(self):
@@ -458,6 +458,14 @@ def test_final_round_drops_a_finalist_that_fails_again_and_skips_clear_wins(tmp_
     res = optimize(SOFTMAX, budget=2, proposers=[_ListProposer([a, b])], pool=pool,
                    archive=str(tmp_path / "c.db"), seed=1, device="cpu", write=False)
     assert res.finals == [] and len(pool.jobs) == 2
+    # a time box keeps room for the round: two close candidates that took 20 s each (as reported) leave a 30 s box
+    # no time for a third, and the round still runs
+    a, b, c = _sources(3)
+    pool = _ScriptedPool({a: [1.00, 0.99], b: [0.99, 1.02], c: [2.0]}, wall_s=20.0)
+    res = optimize(SOFTMAX, budget=3, proposers=[_ListProposer([a, b, c])], pool=pool,
+                   archive=str(tmp_path / "d.db"), seed=1, device="cpu", write=False, finalists=3, deadline_s=30)
+    assert res.stopped == "deadline" and len(res.history) == 2 and len(res.finals) == 2
+    assert res.best.proposal.source == b and len(pool.jobs) == 4
     with pytest.raises(UsageError, match="finalists"):
         optimize(SOFTMAX, budget=2, proposers=[], pool=pool, device="cpu", write=False, finalists=-1)
     with pytest.raises(UsageError, match="finalist_margin"):

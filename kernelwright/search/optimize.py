@@ -16,7 +16,8 @@ search ends (budget spent or nothing new; not when interrupted), the best ``fina
 ``finalist_margin`` of the best are judged again, the leader last, and ranked by the mean of all their
 judgments; a finalist that fails a re-judgment is out (a flaky candidate is not a winner). The winner's latest
 verdict is the one reported and written. Re-judgments are recorded in the archive like any evaluation but do not
-count against ``budget``; the deadline still holds (none is sent after it).
+count against ``budget``. The deadline holds for the round too: the search stops sending new candidates early
+enough to leave the finalists' first judging times for it, and no re-judgment is sent after the deadline.
 """
 
 from __future__ import annotations
@@ -215,10 +216,15 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
         by_name[prop.origin].feedback(e)
         say(_line(e, budget, state.best))
 
+    def reserve() -> float:
+        """Seconds of the deadline kept for the final round: what its finalists took to judge the first time."""
+        close = _finalists(state, finalists, finalist_margin) if finalists > 1 else []
+        return sum(e.wall_s for e in close)
+
     winner = None
     try:
         while True:
-            late = deadline_s is not None and time.perf_counter() - t_start > deadline_s
+            late = deadline_s is not None and time.perf_counter() - t_start > deadline_s - reserve()
             while not late and len(in_flight) < pool.n_workers and result.attempts < budget:
                 prop = next_proposal()
                 if prop is None:
@@ -270,15 +276,19 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
     return result
 
 
+def _finalists(state: SearchState, finalists: int, margin: float) -> list[Evaluated]:
+    """The best ``finalists`` candidates within ``margin`` of the best; empty unless there are two or more."""
+    top = state.population(finalists)
+    close = [e for e in top if e.fitness >= top[0].fitness / (1 + margin)] if top else []
+    return close if len(close) >= 2 else []
+
+
 def _final_round(state: SearchState, result: Result, finalists: int, margin: float, pool, judged, say, job_of,
                  late) -> Evaluated | None:
     """Judge the near-tied best candidates again (see the module docstring); the winner's latest evaluation, or
     None when there was no near-tie (or nothing was re-judged before the deadline)."""
-    top = state.population(finalists)
-    if len(top) < 2:
-        return None
-    close = [e for e in top if e.fitness >= top[0].fitness / (1 + margin)]
-    if len(close) < 2:
+    close = _finalists(state, finalists, margin)
+    if not close:
         return None
     say(f"final round: {len(close)} candidates within {margin:.0%} of the best, judged again")
     rejudged: dict[int, list[Evaluated]] = {e.index: [] for e in close}
