@@ -326,13 +326,17 @@ def test_split_layer_norm_exchange_at_extreme_magnitudes():
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
-@pytest.mark.parametrize("groups,hold", [(1, False), (2, False), (2, True)])
+@pytest.mark.parametrize("groups,hold,paired", [(1, False, False), (2, False, False), (2, True, False),
+                                                (2, True, True)])
 @pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
-def test_split_backward_exchange_with_several_chunks(kind, groups, hold, monkeypatch):
+def test_split_backward_exchange_with_several_chunks(kind, groups, hold, paired, monkeypatch):
     from kernelwright.ops.rms_norm_bwd import triton as bwd
     from kernelwright.ops.rms_norm_bwd.triton import norm_backward
 
+    if paired and kind != "layer":
+        pytest.skip("PAIRED_SUMS acts on layer norm's two row sums only")
     monkeypatch.setattr(bwd, "WEIGHT_HOLD", hold)
+    monkeypatch.setattr(bwd, "PAIRED_SUMS", paired)  # the two row sums in one tl.reduce (an experiment switch)
     monkeypatch.setattr(bwd, "WEIGHT_HOLD_FROM", 0)  # at any width here
 
     rows, cols, chunk = 3, 200, 64
@@ -363,15 +367,19 @@ def test_split_backward_exchange_with_several_chunks(kind, groups, hold, monkeyp
         torch.testing.assert_close(db.double(), dy.double().sum(0), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("per_tile", [False, True])
+@pytest.mark.parametrize("per_tile,paired", [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
-def test_fused_backward_weight_gradient_per_tile_or_after_the_loop(kind, per_tile, monkeypatch):
+def test_fused_backward_weight_gradient_per_tile_or_after_the_loop(kind, per_tile, paired, monkeypatch):
     # FUSED_DW_PER_TILE (an experiment switch): dweight and dbias summed over each tile's rows at once, or kept as
-    # [rows, columns] accumulators and summed after the loop; several tiles a program, a ragged last tile
+    # [rows, columns] accumulators and summed after the loop; several tiles a program, a ragged last tile.
+    # PAIRED_SUMS (another): layer norm's two row sums in one two-operand tl.reduce
     from kernelwright.ops.rms_norm_bwd import triton as bwd
     from kernelwright.ops.rms_norm_bwd.triton import norm_backward
 
+    if paired and kind != "layer":
+        pytest.skip("PAIRED_SUMS acts on layer norm's two row sums only")
     monkeypatch.setattr(bwd, "FUSED_DW_PER_TILE", per_tile)
+    monkeypatch.setattr(bwd, "PAIRED_SUMS", paired)
     dev = runtime.current_device()
     rows, cols = 117, 160  # 16-row tiles at this width: 8 tiles over the interpreter's 3 programs
     x, w, dy = (torch.randn(*s, device=dev) for s in ((rows, cols), (cols,), (rows, cols)))
@@ -397,7 +405,7 @@ _BF16 = "*bf16"
 
 @pytest.mark.parametrize("kernel", ["fwd_fused", "fwd_fused_narrow", "fwd_split", "fwd_split_wide",
                                     "fwd_split_wide_layer", "bwd_fused", "bwd_fused_narrow", "bwd_split",
-                                    "bwd_split_wide"])
+                                    "bwd_split_wide", "bwd_fused_narrow_paired", "bwd_split_wide_paired"])
 def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     from kernelwright.harness.inspect import compile_triton, disassemble, read_cubin
     from kernelwright.ops.rms_norm import triton as fwd
@@ -415,6 +423,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         sig = dict(x_ptr=_BF16, w_ptr=_BF16, dy_ptr=_BF16, dh_ptr=_BF16, mean_ptr="*fp32", rstd_ptr="*fp32",
                    dx_ptr=_BF16, dw_ptr="*fp32", db_ptr="*fp32")
         flags = dict(CENTER=True, DH=True, OFFSET=True)
+    paired = kernel.endswith("_paired")  # PAIRED_SUMS (layer norm's two row sums in one reduction)
+    kernel = kernel.removesuffix("_paired")
     if kernel.startswith("fwd_fused"):
         rows, block, warps = fwd.fused_tile(1024 if kernel.endswith("narrow") else 4096)
         fn, cx = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block)
@@ -433,6 +443,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         cx = dict(N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=chunk, EVICT=hints[0], STORE_CACHE=hints[1],
                   W_EVICT=fwd.WEIGHT_EVICT, W_HOLD=mod.WEIGHT_HOLD and width >= getattr(mod, "WEIGHT_HOLD_FROM", 0))
         sig["slot_ptr"] = "*i64"
+    if "PAIRED_SUMS" in fn.arg_names:
+        cx["PAIRED_SUMS"] = paired
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16
     aligned = [n for n, t in sig.items() if t.startswith("*")] + [n for n in names if n != "n_rows"]

@@ -4,8 +4,9 @@ loop's per-iteration counts (``kw inspect``'s ``loop`` lines).
 
     python benchmarks/experiments/sass_loops.py attention   # flash configs, lazy rescale or every tile
     python benchmarks/experiments/sass_loops.py norm_bwd    # the fused backward at 1024 columns: DW_PER_TILE x cap
+    python benchmarks/experiments/sass_loops.py paired      # layer norm backward: PAIRED_SUMS off / on
 
-Journals: ``attention.md`` (run 29, sessions 8 and 9), ``norms.md`` (sessions 8 and 9).
+Journals: ``attention.md`` (run 29, sessions 8 and 9), ``norms.md`` (sessions 8, 9 and 10).
 """
 
 from __future__ import annotations
@@ -51,14 +52,19 @@ def attention() -> None:
                 print(_line(label, report), flush=True)
 
 
-def norm_bwd() -> None:
-    from kernelwright.ops.rms_norm_bwd import triton as B
-
+def _bwd_sig() -> tuple[dict, list]:
     sig = {n: "*bf16" for n in ("x_ptr", "w_ptr", "dy_ptr", "dh_ptr", "dx_ptr")}
     sig |= {n: "*fp32" for n in ("mean_ptr", "rstd_ptr", "dw_ptr", "db_ptr")}
     sig |= {n: "i32" for n in ("n_rows", "n_cols", "x_stride", "dy_stride", "dh_stride", "dx_stride")}
     aligned = [n for n, t in sig.items() if t.startswith("*")] + ["n_cols", "x_stride", "dy_stride", "dh_stride",
                                                                  "dx_stride"]
+    return sig, aligned
+
+
+def norm_bwd() -> None:
+    from kernelwright.ops.rms_norm_bwd import triton as B
+
+    sig, aligned = _bwd_sig()
     block, rows, warps = B.fused_bwd_config(1024)
     for center in (False, True):
         for per_tile in (False, True):
@@ -72,7 +78,38 @@ def norm_bwd() -> None:
                 print(_line(label, analyze(art)), flush=True)
 
 
+def paired() -> None:
+    """Layer norm's backward with PAIRED_SUMS off and on: the fused kernel at 1024 and 4096 columns, the split one
+    in its 16384-column (one 8192 x 32-warp chunk of two) and wide (8192 x 8 warps, held weight) configurations."""
+    from unittest import mock
+
+    from kernelwright.ops.rms_norm_bwd import triton as B
+
+    sig, aligned = _bwd_sig()
+    for cols in (1024, 4096):
+        block, rows, warps = B.fused_bwd_config(cols)
+        for on in (False, True):
+            consts = dict(CENTER=True, DH=False, OFFSET=False, PREFETCH=B.FUSED_PREFETCH, BLOCK_R=rows, BLOCK=block,
+                          DW_PER_TILE=B.FUSED_DW_PER_TILE, PAIRED_SUMS=on)
+            art = compile_triton(B._norm_bwd_fused_kernel, sig, consts, num_warps=warps, aligned=aligned)
+            print(_line(f"layer fused {cols}: {rows}x{block} {warps}w paired {on}", analyze(art)), flush=True)
+    for cols in (16384, 262144):
+        with mock.patch("kernelwright.runtime.interpreting", lambda: False):  # the GPU's configuration
+            chunk, warps, hints = B.split_config(cols)
+        n = cols // chunk
+        for on in (False, True):
+            consts = dict(CENTER=True, DH=False, OFFSET=False, N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=chunk,
+                          EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=B._fwd.WEIGHT_EVICT,
+                          W_HOLD=B.WEIGHT_HOLD and cols >= B.WEIGHT_HOLD_FROM, PAIRED_SUMS=on)
+            art = compile_triton(B._norm_bwd_split_kernel, {**sig, "slot_ptr": "*i64"}, consts, num_warps=warps,
+                                 aligned=aligned + ["slot_ptr"])
+            report = analyze(art)  # the row loop holds the wait loops: the innermost loops are the waits
+            bars = sum(n for op, n in report.mix.opcodes.items() if op.startswith("BAR.SYNC")) if report.mix else "?"
+            print(_line(f"layer split {cols}: {chunk} x {warps}w paired {on}", report) + f"  kernel: BAR.SYNC {bars}, "
+                  f"{report.mix.total if report.mix else '?'} instructions", flush=True)
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["attention", "norm_bwd"]
+    which = sys.argv[1:] or ["attention", "norm_bwd", "paired"]
     for w in which:
-        {"attention": attention, "norm_bwd": norm_bwd}[w]()
+        {"attention": attention, "norm_bwd": norm_bwd, "paired": paired}[w]()

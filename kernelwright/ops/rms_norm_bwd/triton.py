@@ -68,6 +68,14 @@ and 251 to 210 (layer norm). Both still fit two programs an SM; with :data:`FUSE
 (the lever that gave layer norm's wide forward +17-20%): capped at 168, rms spills nothing and layer norm 12 bytes
 with this switch, 148 / 520 bytes without it. At 8 rows over 8 warps the rows of a tile are split across warps
 and the same change adds shared-memory traffic and barriers (6 / 12 a tile): do not combine."""
+PAIRED_SUMS = False
+"""Experiment switch, not yet timed (``benchmarks/experiments/switch_bench.py``; journal "Session 10"): layer norm's
+backward computes its two row sums, sum(xhat * g) and sum(g), with one two-operand ``tl.reduce`` instead of two
+``tl.sum``, in the fused and the split rungs. The sums are independent, and Triton lowers a multi-operand reduction
+through one shared-memory round: the sm_90 SASS of the fused kernel at 1024 columns (bf16, 4 rows over 4 warps)
+drops from 6 block barriers a tile to 3 (rms's count), 251 -> 255 registers (still two programs an SM); at 4096
+columns (one row over 16 warps) 6 -> 3, 92 -> 88 registers (``benchmarks/experiments/sass_loops.py paired``).
+RMS norm has one sum: the switch does not touch it."""
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
 WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
 NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
@@ -75,11 +83,16 @@ NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
 
 # --- rung: fused ---------------------------------------------------------------------------------------------------
 @triton.jit
+def _add_pair(a1, b1, a2, b2):
+    return a1 + a2, b1 + b2
+
+
+@triton.jit
 def _norm_bwd_fused_kernel(
     x_ptr, w_ptr, dy_ptr, dh_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr,
     n_rows, n_cols, x_stride, dy_stride, dh_stride, dx_stride,
     CENTER: tl.constexpr, DH: tl.constexpr, OFFSET: tl.constexpr, PREFETCH: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK: tl.constexpr, DW_PER_TILE: tl.constexpr = False,
+    BLOCK: tl.constexpr, DW_PER_TILE: tl.constexpr = False, PAIRED_SUMS: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
@@ -124,9 +137,13 @@ def _norm_bwd_fused_kernel(
         else:
             xhat = x * rstd[:, None]
         g = dy * w[None, :]
-        dx = g - xhat * (tl.sum(xhat * g, 1) / n_cols)[:, None]
-        if CENTER:
-            dx -= (tl.sum(g, 1) / n_cols)[:, None]
+        if CENTER and PAIRED_SUMS:
+            s_xg, s_g = tl.reduce((xhat * g, g), 1, _add_pair)
+            dx = g - xhat * (s_xg / n_cols)[:, None] - (s_g / n_cols)[:, None]
+        else:
+            dx = g - xhat * (tl.sum(xhat * g, 1) / n_cols)[:, None]
+            if CENTER:
+                dx -= (tl.sum(g, 1) / n_cols)[:, None]
         dx = dx * rstd[:, None]
         if DH:
             dx += tl.load(dh_ptr + rows[:, None] * dh_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -159,7 +176,7 @@ def _norm_bwd_split_kernel(
     CENTER: tl.constexpr, DH: tl.constexpr, OFFSET: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
     EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "", W_EVICT: tl.constexpr = "",
-    W_HOLD: tl.constexpr = False,
+    W_HOLD: tl.constexpr = False, PAIRED_SUMS: tl.constexpr = False,
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ...; slot: [R, N_CHUNKS] int64, -1 at
     # launch. A chunk publishes (sum(g), sum(xhat * g)) over its columns as one 64-bit word (high half: fp32 bits
@@ -201,9 +218,12 @@ def _norm_bwd_split_kernel(
         if OFFSET:
             w += 1.0
         g = dy * w
-        s1 = tl.sum(xhat * g, 0)
-        if CENTER:
-            s2 = tl.sum(g, 0)
+        if CENTER and PAIRED_SUMS:
+            s1, s2 = tl.reduce((xhat * g, g), 0, _add_pair)
+        else:
+            s1 = tl.sum(xhat * g, 0)
+            if CENTER:
+                s2 = tl.sum(g, 0)
         if N_CHUNKS > 1:
             if CENTER:
                 hi = tl.where(s2 != s2, float("nan"), s2).to(tl.int32, bitcast=True).to(tl.int64) << 32
@@ -426,7 +446,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         n_tiles = triton.cdiv(n_rows, block_r)
         pw = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         meta = dict(**flags, PREFETCH=FUSED_PREFETCH, BLOCK_R=block_r, BLOCK=block, DW_PER_TILE=FUSED_DW_PER_TILE,
-                    **register_cap(FUSED_MAXNREG))
+                    PAIRED_SUMS=PAIRED_SUMS, **register_cap(FUSED_MAXNREG))
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, pw, pw, *tail)
         n_progs = persistent_groups(_norm_bwd_fused_kernel, args, meta, warps, 1, n_tiles, x.device)
         pw = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
@@ -441,7 +461,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT,
-                    W_HOLD=WEIGHT_HOLD and n_cols >= WEIGHT_HOLD_FROM,
+                    W_HOLD=WEIGHT_HOLD and n_cols >= WEIGHT_HOLD_FROM, PAIRED_SUMS=PAIRED_SUMS,
                     **register_cap(SPLIT_MAXNREG))
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
