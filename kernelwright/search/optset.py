@@ -20,7 +20,8 @@ counts only speedups beyond the timing noise (``1 + noise``, the larger relative
 samples): a candidate that equals eager can time at 1.01x.
 
 For a problem with one substitutable site (a single op), ``rungs`` lists the speedup of each of the site's
-variants that was judged on its own (``auto`` is the family's own choice; a variant that went to the final round
+variants that was judged on its own (``auto`` is the family's own choice, the rung named in ``auto_rung``, which is
+not judged again by name; a variant that went to the final round
 shows the mean of its judgments, or nothing when it failed a re-judgment) and ``rungs_total`` how many there are,
 so whether the search found the family's best rung for that problem can be read off.
 """
