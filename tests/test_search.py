@@ -452,6 +452,11 @@ def test_final_round_drops_a_finalist_that_fails_again_and_skips_clear_wins(tmp_
     assert res.best.proposal.source == b  # a passed once and failed its re-judgment: out
     assert [f["mean"] for f in res.finals] == [0.0, pytest.approx(0.965)]
 
+    pool = _ScriptedPool({a: [1.00, None], b: [0.99, None]})  # both flaky, nothing else passed: no best at all
+    res = optimize(SOFTMAX, budget=2, proposers=[_ListProposer([a, b])], pool=pool,
+                   archive=str(tmp_path / "e.db"), seed=1, device="cpu", write=False, finalists=2)
+    assert res.best is None and not res.found and [f["mean"] for f in res.finals] == [0.0, 0.0]
+
     pool = _ScriptedPool({a: [1.00], b: [0.80]})  # no near-tie: no final round, no extra evaluation
     res = optimize(SOFTMAX, budget=2, proposers=[_ListProposer([a, b])], pool=pool,
                    archive=str(tmp_path / "b.db"), seed=1, device="cpu", write=False, finalists=3)

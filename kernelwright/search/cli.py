@@ -194,8 +194,8 @@ def run_optimize(args: argparse.Namespace) -> int:
             f"{s['evaluated']} judged passed, {s['attempts']} attempts in {s['seconds']:.1f} s ({result.stopped})")
         say(f"wrote {result.out_path} and {result.verdict_path}")
     else:
-        say(f"no candidate passed: {s['evaluated']} judged, {s['attempts']} attempts in {s['seconds']:.1f} s "
-            f"({result.stopped})")
+        why = "no candidate stands (every finalist failed its re-judgment)" if result.finals else "no candidate passed"
+        say(f"{why}: {s['evaluated']} judged, {s['attempts']} attempts in {s['seconds']:.1f} s ({result.stopped})")
     if getattr(args, "json", False):
         print(json.dumps(s, indent=2, default=str))
     if result.stopped == "interrupted":

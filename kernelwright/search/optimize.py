@@ -221,7 +221,7 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
         close = _finalists(state, finalists, finalist_margin) if finalists > 1 else []
         return sum(e.wall_s for e in close)
 
-    winner = None
+    decided, winner = False, None
     try:
         while True:
             late = deadline_s is not None and time.perf_counter() - t_start > deadline_s - reserve()
@@ -255,7 +255,7 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
                 index, prop = in_flight.pop(fut)
                 finish(index, prop, fut.result())
         if finalists > 1:
-            winner = _final_round(state, result, finalists, finalist_margin, pool, judged, say,
+            decided, winner = _final_round(state, result, finalists, finalist_margin, pool, judged, say,
                                   lambda e: make_job(reference, problem.source, e.proposal.source,
                                                      name=f"{problem.name}_{e.index}_final", config=config),
                                   lambda: deadline_s is not None and time.perf_counter() - t_start > deadline_s)
@@ -266,7 +266,7 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
     finally:
         if own_pool:
             pool.close()
-    result.best = winner if winner is not None else state.best
+    result.best = winner if decided else state.best
     result.history.sort(key=lambda e: e.index)
     result.seconds = time.perf_counter() - t_start
     if write and result.best is not None:
@@ -284,12 +284,14 @@ def _finalists(state: SearchState, finalists: int, margin: float) -> list[Evalua
 
 
 def _final_round(state: SearchState, result: Result, finalists: int, margin: float, pool, judged, say, job_of,
-                 late) -> Evaluated | None:
-    """Judge the near-tied best candidates again (see the module docstring); the winner's latest evaluation, or
-    None when there was no near-tie (or nothing was re-judged before the deadline)."""
+                 late) -> tuple[bool, Evaluated | None]:
+    """Judge the near-tied best candidates again (see the module docstring). Returns (decided, winner): decided is
+    False when there was no near-tie or nothing was re-judged before the deadline (the search's best stands);
+    the winner is the winner's latest evaluation, or None when every finalist failed again and nothing else
+    passed."""
     close = _finalists(state, finalists, margin)
     if not close:
-        return None
+        return False, None
     say(f"final round: {len(close)} candidates within {margin:.0%} of the best, judged again")
     rejudged: dict[int, list[Evaluated]] = {e.index: [] for e in close}
     order = list(reversed(close))  # the leader last: whatever drifts during the round favours it least
@@ -309,7 +311,7 @@ def _final_round(state: SearchState, result: Result, finalists: int, margin: flo
                       else f"FAIL {again.verdict.get('category') or '?':<14s}")
             say(f"[final] {status}  was {e.fitness:.3g}x  {again.wall_s:6.1f}s  {e.proposal.label[:90]}")
     if not any(rejudged.values()):
-        return None
+        return False, None
     winner, best_mean = None, -1.0
     for e in close:
         again = rejudged[e.index]
@@ -324,11 +326,11 @@ def _final_round(state: SearchState, result: Result, finalists: int, margin: flo
     if winner is None:  # every finalist failed its re-judgment: the best of the rest
         out = {e.index for e in close}
         rest = [e for e in state.population(len(state.history)) if e.index not in out]
-        say("final round: every finalist failed a re-judgment")
-        return rest[0] if rest else None
+        say("final round: every finalist failed a re-judgment" + ("" if rest else "; no candidate stands"))
+        return True, rest[0] if rest else None
     win_row["won"] = True
     say(f"final round: {winner.proposal.label} wins at {best_mean:.3g}x (mean of {len(win_row['speedups'])})")
-    return winner
+    return True, winner
 
 
 def _write(result: Result, out_path: str | os.PathLike) -> None:
