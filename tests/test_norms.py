@@ -300,6 +300,57 @@ def test_split_forward_exchange_with_several_chunks(kind, groups, hold, monkeypa
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
+@pytest.mark.parametrize("chunk", [None, 64])  # one chunk a row (the interpreter's), or four exchanging
+@pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
+def test_fast_chunk_statistics_match_the_scaled_ones(kind, chunk, monkeypatch):
+    """FAST_STATS (an experiment switch): rows whose largest magnitude is within the fast path's range give the
+    scaled computation's result up to the order of the sums; rows outside it (tiny, huge, zero, Inf) take the
+    scaled path itself, bit for bit; every row against float64."""
+    from kernelwright.ops.rms_norm import triton as fwd
+    from kernelwright.ops.rms_norm.triton import norm_forward
+
+    cols = 250
+    g = torch.Generator().manual_seed(11)
+    base = torch.randn(8, cols, generator=g)
+    scales = [1.0, 1e6, 1e-5, 3.0, 1e-30, 5e37, 0.0, 1.0]  # in range x4; tiny, huge, zero out of range; + Inf
+    x = base * torch.tensor(scales)[:, None]
+    x[3, :64] *= 2.0**40  # one chunk far larger than the rest: out of range in that chunk only
+    x[3] += 100.0
+    x[7, 5] = float("inf")
+    fast_rows, slow_rows = [0, 1, 2], [4, 5, 6, 7]
+    w, b = torch.randn(cols, generator=g), torch.randn(cols, generator=g)
+    r = torch.randn(8, cols, generator=g) * torch.tensor(scales)[:, None] if kind == "add_rms" else None
+    v = x + r if r is not None else x
+    out = {}
+    for fast in (False, True):
+        monkeypatch.setattr(fwd, "FAST_STATS", fast)
+        y = torch.full_like(x, float("nan"))
+        stats = (torch.empty(8), torch.empty(8)) if kind == "layer" else (torch.empty(8),)
+        words = _forward_words(v, chunk, kind == "layer") if chunk else None
+        norm_forward("split", x, w, 1e-5, y=y, bias=b if kind == "layer" else None, residual=r,
+                     h=torch.empty_like(x) if r is not None else None, stats=stats, split_chunk=chunk, slots=words,
+                     groups=2 if chunk else None)
+        out[fast] = (y, stats)
+    (y0, s0), (y1, s1) = out[False], out[True]
+    torch.testing.assert_close(y1[fast_rows], y0[fast_rows], rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(s1[-1][fast_rows], s0[-1][fast_rows], rtol=2e-6, atol=0)
+    assert torch.equal(y1[slow_rows].nan_to_num(7.0), y0[slow_rows].nan_to_num(7.0))
+    assert torch.equal(s1[-1][slow_rows].nan_to_num(7.0), s0[-1][slow_rows].nan_to_num(7.0))
+    finite = [0, 1, 2, 3, 4, 5, 6]
+    want = ref_layer(x, w, b) if kind == "layer" else ref_rms(v, w, 1e-5)
+    close(y1[finite], want[finite])
+    if kind == "rms" and chunk is None:
+        # the range guard is what keeps the fast path exact: widened to every exponent, the huge row's unscaled
+        # squares overflow (and the fast path is seen to be taken)
+        import triton.language as tl
+
+        monkeypatch.setattr(fwd, "FAST_HI", tl.constexpr(126))
+        y = torch.full_like(x, float("nan"))
+        norm_forward("split", x, w, 1e-5, y=y)
+        assert torch.equal(y[fast_rows], y1[fast_rows]) and not torch.allclose(y[5], y0[5])
+
+
+@pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
 def test_split_layer_norm_exchange_at_extreme_magnitudes():
     """The layer norm exchange word carries unscaled (mean, std / 4): rows near fp32's largest values, tiny rows,
     a large common offset, a zero row, a row whose chunks differ by 2^60 in scale, all merged exactly enough."""
@@ -405,7 +456,8 @@ _BF16 = "*bf16"
 
 @pytest.mark.parametrize("kernel", ["fwd_fused", "fwd_fused_narrow", "fwd_split", "fwd_split_wide",
                                     "fwd_split_wide_layer", "bwd_fused", "bwd_fused_narrow", "bwd_split",
-                                    "bwd_split_wide", "bwd_fused_narrow_paired", "bwd_split_wide_paired"])
+                                    "bwd_split_wide", "bwd_fused_narrow_paired", "bwd_split_wide_paired",
+                                    "fwd_split_wide_fast", "fwd_split_wide_layer_fast"])
 def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     from kernelwright.harness.inspect import compile_triton, disassemble, read_cubin
     from kernelwright.ops.rms_norm import triton as fwd
@@ -424,7 +476,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
                    dx_ptr=_BF16, dw_ptr="*fp32", db_ptr="*fp32")
         flags = dict(CENTER=True, DH=True, OFFSET=True)
     paired = kernel.endswith("_paired")  # PAIRED_SUMS (layer norm's two row sums in one reduction)
-    kernel = kernel.removesuffix("_paired")
+    fast = kernel.endswith("_fast")  # FAST_STATS (the split forward's chunk statistics, one reduction fewer)
+    kernel = kernel.removesuffix("_paired").removesuffix("_fast")
     if kernel.startswith("fwd_fused"):
         rows, block, warps = fwd.fused_tile(1024 if kernel.endswith("narrow") else 4096)
         fn, cx = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block)
@@ -445,6 +498,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         sig["slot_ptr"] = "*i64"
     if "PAIRED_SUMS" in fn.arg_names:
         cx["PAIRED_SUMS"] = paired
+    if "FAST" in fn.arg_names:
+        cx["FAST"] = fast
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16
     aligned = [n for n, t in sig.items() if t.startswith("*")] + [n for n in names if n != "n_rows"]

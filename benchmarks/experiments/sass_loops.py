@@ -5,6 +5,7 @@ loop's per-iteration counts (``kw inspect``'s ``loop`` lines).
     python benchmarks/experiments/sass_loops.py attention   # flash configs, lazy rescale or every tile
     python benchmarks/experiments/sass_loops.py norm_bwd    # the fused backward at 1024 columns: DW_PER_TILE x cap
     python benchmarks/experiments/sass_loops.py paired      # layer norm backward: PAIRED_SUMS off / on
+    python benchmarks/experiments/sass_loops.py fast_stats  # the split forward: FAST_STATS off / on
 
 Journals: ``attention.md`` (run 29, sessions 8 and 9), ``norms.md`` (sessions 8, 9 and 10).
 """
@@ -109,7 +110,50 @@ def paired() -> None:
                   f"{report.mix.total if report.mix else '?'} instructions", flush=True)
 
 
+def fast_stats() -> None:
+    """The split forward (rms, layer norm; bf16) with FAST_STATS off, on, and on with its range widened to every
+    exponent (the compiler then drops the scaled fallback: what a row in range executes), in its 65536- and
+    262144-column configurations: registers, programs an SM, spills, and the kernel's block barriers and
+    instructions (static counts: "on" holds both paths)."""
+    from unittest import mock
+
+    import triton.language as tl
+
+    from kernelwright.ops.rms_norm import triton as F
+
+    sig = {n: "*bf16" for n in ("x_ptr", "res_ptr", "w_ptr", "b_ptr", "y_ptr", "h_ptr")}
+    sig |= {"mean_ptr": "*fp32", "rstd_ptr": "*fp32", "slot_ptr": "*i64", "eps": "fp32"}
+    ints = ("n_rows", "n_cols", "x_stride", "res_stride", "y_stride", "h_stride")
+    sig |= {n: "i32" for n in ints}
+    aligned = [n for n, t in sig.items() if t.startswith("*")] + [n for n in ints if n != "n_rows"]
+    lo, hi = F.FAST_LO, F.FAST_HI
+    for center in (False, True):
+        for cols in (65536, 262144):
+            with mock.patch("kernelwright.runtime.interpreting", lambda: False):  # the GPU's configuration
+                chunk, warps, hints = F.split_config(cols, False)
+            n = cols // chunk
+            # the library's cap (F._split_cap), spelled out: register_cap gives none in an interpreter process
+            cap = F.SPLIT_MAXNREG or (F.WIDE_LAYER_MAXNREG if center and cols > F.SPLIT_CHUNK else None)
+            for mode in ("off", "on", "fast path"):
+                F.FAST_LO, F.FAST_HI = (tl.constexpr(-1000), tl.constexpr(1000)) if mode == "fast path" else (lo, hi)
+                consts = dict(CENTER=center, RESIDUAL=False, STORE_H=False, OFFSET=False, SAVE_STATS=True,
+                              N_CHUNKS=n, CHUNKS_POW2=n, CHUNK=chunk, EVICT=hints[0], STORE_CACHE=hints[1],
+                              W_EVICT=F.WEIGHT_EVICT, W_HOLD=F.WEIGHT_HOLD, FAST=mode != "off")
+                try:
+                    art = compile_triton(F._norm_fwd_split_kernel, sig, consts, num_warps=warps, aligned=aligned,
+                                         maxnreg=cap)
+                finally:
+                    F.FAST_LO, F.FAST_HI = lo, hi
+                report = analyze(art)
+                mix = report.mix
+                bars = sum(c for op, c in mix.opcodes.items() if op.startswith("BAR.SYNC"))
+                print(f"{'layer' if center else 'rms':<5} split {cols}: {chunk} x {warps}w {mode:<9} "
+                      f"{report.registers:>3} regs  {report.occupancy.blocks_per_sm} an SM  "
+                      f"spills {mix.local_store_bytes}/{mix.local_load_bytes} B  kernel: BAR.SYNC {bars}, "
+                      f"{mix.total} instructions", flush=True)
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["attention", "norm_bwd", "paired"]
+    which = sys.argv[1:] or ["attention", "norm_bwd", "paired", "fast_stats"]
     for w in which:
-        {"attention": attention, "norm_bwd": norm_bwd, "paired": paired}[w]()
+        {"attention": attention, "norm_bwd": norm_bwd, "paired": paired, "fast_stats": fast_stats}[w]()

@@ -14,6 +14,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh followup # see the case below (session 7)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh narrowbwd  # the fused backward's switches at 1024 columns
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh paired     # layer norm backward: PAIRED_SUMS off / on
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh faststats  # the split forward: FAST_STATS off / on
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -101,6 +102,17 @@ case "${1:-fwd}" in
         --sizes 16384x1024,65536x1024,16384x4096,4096x16384,4096x65536,1024x262144 --max-seconds 0.5
     done
     grep -E "^switch|(fused|split) .*x(1024|4096|16384|65536|262144) " "$LOG" | cut -c1-130
+    ;;
+  faststats)
+    # session 10 (CPU only so far): the split forward's chunk statistics in one reduction fewer (sm_90 SASS of the
+    # path a row in range runs: 6 -> 3 block barriers a row for rms, 9 -> 6 for layer norm), off then on, each in
+    # its own process, the widths the split rung takes; bf16. About 3 minutes.
+    for sw in False True; do
+      step 100 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.triton.FAST_STATS=$sw \
+        -- bench rms_norm layer_norm add_rms_norm --variant split --no-peers --dtypes bf16 \
+        --sizes 16384x16384,4096x65536,1024x262144 --max-seconds 0.5
+    done
+    grep -E "^switch|split .*x(16384|65536|262144) " "$LOG" | cut -c1-130
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \

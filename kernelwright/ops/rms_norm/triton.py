@@ -62,6 +62,14 @@ WEIGHT_HOLD = False
 row. Off: H200 run 24 (bf16): rms 3.58 -> 3.28 TB/s at 65536 columns, 3.24 -> 2.94 at 262144 (the held chunk
 costs a program an SM); layer +3-4%, add_rms the same, both below what the register cap gives. The backward has
 its own switch (``rms_norm_bwd.triton.WEIGHT_HOLD``, on)."""
+FAST_STATS = False
+"""Experiment switch, not yet timed (journal "Session 10"): the split forward's chunk statistics with one dependent
+block reduction fewer (see :func:`_chunk_stats`); results equal to the scaled computation's wherever the fast path
+applies (CPU test ``test_fast_chunk_statistics_match_the_scaled_ones``)."""
+FAST_LO, FAST_HI = tl.constexpr(-20), tl.constexpr(30)
+"""the range of floor(log2(max |v|)) where :func:`_chunk_stats`'s fast path applies: squares up to 2^62 (sums up
+to 2^80: no overflow), and a value whose square underflows (|v| < 2^-63) is under 2^-43 of the largest, far below
+the sum's rounding"""
 WEIGHT_EVICT = ""
 """eviction policy of the split rungs' per-row reloads of the weight (and bias) chunk: "" (the compiler's
 default). "evict_last" was never timed: run 24 measured holding the chunk in registers instead (WEIGHT_HOLD)."""
@@ -89,10 +97,47 @@ def exp2i(k):
 
 
 @triton.jit
-def _chunk_stats(v, mask, n, CENTER: tl.constexpr):
+def _add_and_max(s1, a1, s2, a2):
+    return s1 + s2, tl.maximum(a1, a2)
+
+
+@triton.jit
+def _chunk_stats(v, mask, n, CENTER: tl.constexpr, FAST: tl.constexpr = False):
     """(k, mean, M2) of one chunk of a row, in the chunk's scale 2^-k: mean of the n valid lanes (0 without
-    CENTER) and the sum of squared deviations (of squares without CENTER)."""
-    k = pow2_exponent(tl.max(tl.abs(v), 0))
+    CENTER) and the sum of squared deviations (of squares without CENTER).
+
+    FAST (:data:`FAST_STATS`): the largest magnitude and the first sum (of v, or of v * v without CENTER) in one
+    two-operand reduction, unscaled, then brought to the scale 2^-k exactly (a power of two), where max |v| lies
+    in [2^FAST_LO, 2^(FAST_HI + 1)): there no square overflows and none that matters underflows, so the result
+    is the scaled computation's, one dependent block reduction fewer (rms: 2 -> 1; layer norm: 3 -> 2). Outside
+    that range (and for Inf or NaN) the scaled path below runs."""
+    if FAST:
+        if CENTER:
+            first, amax = tl.reduce((v, tl.abs(v)), 0, _add_and_max)
+        else:
+            first, amax = tl.reduce((v * v, tl.abs(v)), 0, _add_and_max)
+        k = pow2_exponent(amax)
+        if (k >= FAST_LO) & (k <= FAST_HI):
+            s = exp2i(-k)
+            if CENTER:
+                mean_u = first / n
+                d = tl.where(mask, v - mean_u, 0.0)
+                mean = mean_u * s
+                m2 = tl.sum(d * d, 0) * (s * s)
+            else:
+                mean = tl.zeros([], tl.float32)
+                m2 = first * (s * s)
+        else:
+            mean, m2 = _scaled_stats(v, mask, n, k, CENTER)
+    else:
+        k = pow2_exponent(tl.max(tl.abs(v), 0))
+        mean, m2 = _scaled_stats(v, mask, n, k, CENTER)
+    return k, mean, m2
+
+
+@triton.jit
+def _scaled_stats(v, mask, n, k, CENTER: tl.constexpr):
+    """(mean, M2) of a chunk in the scale 2^-k (see :func:`_chunk_stats`)."""
     s = exp2i(-k)
     vs = v * s
     if CENTER:
@@ -104,7 +149,7 @@ def _chunk_stats(v, mask, n, CENTER: tl.constexpr):
     else:
         mean = tl.zeros([], tl.float32)
         m2 = tl.sum(vs * vs, 0)
-    return k, mean, m2
+    return mean, m2
 
 
 @triton.jit
@@ -231,7 +276,7 @@ def _norm_fwd_split_kernel(
     SAVE_STATS: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
     EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "", W_EVICT: tl.constexpr = "",
-    W_HOLD: tl.constexpr = False,
+    W_HOLD: tl.constexpr = False, FAST: tl.constexpr = False,
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ... (a persistent grid of groups x
     # N_CHUNKS programs, all resident at once). slot: [R, N_CHUNKS] int64, -1 at launch. A chunk publishes its
@@ -271,7 +316,7 @@ def _norm_fwd_split_kernel(
             if STORE_H:
                 tl.store(h_ptr + row64 * h_stride + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask,
                          cache_modifier=STORE_CACHE)
-        k, mean, m2 = _chunk_stats(v, mask, n_mine, CENTER)
+        k, mean, m2 = _chunk_stats(v, mask, n_mine, CENTER, FAST)
         if N_CHUNKS > 1:
             slots = slot_ptr + row64 * N_CHUNKS
             if CENTER:
@@ -512,6 +557,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
+                    FAST=FAST_STATS,
                     **_split_cap(center and not has_res and split_chunk is None and n_cols > SPLIT_CHUNK))
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
