@@ -477,6 +477,9 @@ def test_final_round_drops_a_finalist_that_fails_again_and_skips_clear_wins(tmp_
         optimize(SOFTMAX, budget=2, proposers=[], pool=pool, device="cpu", write=False, finalists=-1)
     with pytest.raises(UsageError, match="finalist_margin"):
         optimize(SOFTMAX, budget=2, proposers=[], pool=pool, device="cpu", write=False, finalist_margin=2.0)
+    for bad in ({"finalists": 2.5}, {"finalists": "3"}, {"finalists": True}, {"finalist_margin": "0.1"}):
+        with pytest.raises(UsageError, match=next(iter(bad))):
+            optimize(SOFTMAX, budget=2, proposers=[], pool=pool, device="cpu", write=False, **bad)
 
 
 def test_a_set_record_shows_the_final_round_mean_per_rung(tmp_path):

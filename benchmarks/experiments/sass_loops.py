@@ -62,38 +62,41 @@ def _bwd_sig() -> tuple[dict, list]:
     return sig, aligned
 
 
-def norm_bwd() -> None:
+def _bwd_fused(cols: int, center: bool, cap: int | None = None, **switches):
+    """The fused backward's sm_90 compile at ``cols`` columns in the library's configuration, with ``switches``
+    (DW_PER_TILE, PAIRED_SUMS) over the library's values; returns (its configuration in words, the report)."""
     from kernelwright.ops.rms_norm_bwd import triton as B
 
     sig, aligned = _bwd_sig()
-    block, rows, warps = B.fused_bwd_config(1024)
+    block, rows, warps = B.fused_bwd_config(cols)
+    consts = dict(CENTER=center, DH=False, OFFSET=False, PREFETCH=B.FUSED_PREFETCH, BLOCK_R=rows, BLOCK=block,
+                  DW_PER_TILE=B.FUSED_DW_PER_TILE, PAIRED_SUMS=B.PAIRED_SUMS) | switches
+    art = compile_triton(B._norm_bwd_fused_kernel, sig, consts, num_warps=warps, maxnreg=cap, aligned=aligned)
+    return f"{rows}x{block} {warps}w", analyze(art)
+
+
+def norm_bwd() -> None:
     for center in (False, True):
         for per_tile in (False, True):
             for cap in (None, 168):
-                consts = dict(CENTER=center, DH=False, OFFSET=False, PREFETCH=B.FUSED_PREFETCH, BLOCK_R=rows,
-                              BLOCK=block, DW_PER_TILE=per_tile)
-                art = compile_triton(B._norm_bwd_fused_kernel, sig, consts, num_warps=warps, maxnreg=cap,
-                                     aligned=aligned)
-                label = (f"{'layer' if center else 'rms'} {rows}x{block} {warps}w "
+                config, report = _bwd_fused(1024, center, cap, DW_PER_TILE=per_tile)
+                label = (f"{'layer' if center else 'rms'} {config} "
                          f"{'per-tile' if per_tile else 'after-loop'} cap {cap}")
-                print(_line(label, analyze(art)), flush=True)
+                print(_line(label, report), flush=True)
 
 
 def paired() -> None:
     """Layer norm's backward with PAIRED_SUMS off and on: the fused kernel at 1024 and 4096 columns, the split one
-    in its 16384-column (one 8192 x 32-warp chunk of two) and wide (8192 x 8 warps, held weight) configurations."""
+    in its 16384-column (two 8192-column chunks) and wide (8192 x 8 warps, held weight) configurations."""
     from unittest import mock
 
     from kernelwright.ops.rms_norm_bwd import triton as B
 
     sig, aligned = _bwd_sig()
     for cols in (1024, 4096):
-        block, rows, warps = B.fused_bwd_config(cols)
         for on in (False, True):
-            consts = dict(CENTER=True, DH=False, OFFSET=False, PREFETCH=B.FUSED_PREFETCH, BLOCK_R=rows, BLOCK=block,
-                          DW_PER_TILE=B.FUSED_DW_PER_TILE, PAIRED_SUMS=on)
-            art = compile_triton(B._norm_bwd_fused_kernel, sig, consts, num_warps=warps, aligned=aligned)
-            print(_line(f"layer fused {cols}: {rows}x{block} {warps}w paired {on}", analyze(art)), flush=True)
+            config, report = _bwd_fused(cols, True, PAIRED_SUMS=on)
+            print(_line(f"layer fused {cols}: {config} paired {on}", report), flush=True)
     for cols in (16384, 262144):
         with mock.patch("kernelwright.runtime.interpreting", lambda: False):  # the GPU's configuration
             chunk, warps, hints = B.split_config(cols)

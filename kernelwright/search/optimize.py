@@ -108,9 +108,13 @@ def eval_config(device: str, seed: int, options: dict | None) -> dict:
     return cfg
 
 
+def _status(e: Evaluated) -> str:
+    return f"PASS {e.fitness:8.3g}x" if e.passed else f"FAIL {e.verdict.get('category') or '?':<14s}"
+
+
 def _line(e: Evaluated, budget: int, best: Evaluated | None) -> str:
     v = e.verdict
-    status = f"PASS {e.fitness:8.3g}x" if e.passed else f"FAIL {v.get('category') or '?':<14s}"
+    status = _status(e)
     top = f"best {best.fitness:.3g}x" if best else "best -"
     label = e.proposal.label if len(e.proposal.label) < 90 else e.proposal.label[:87] + "..."
     why = "" if e.passed else f"  ({(v.get('reason') or '')[:100]})"
@@ -153,10 +157,11 @@ def optimize(reference: str | os.PathLike, *, budget: int = 32, proposers: list 
     t_start = time.perf_counter()
     if budget < 1:
         raise UsageError(f"budget: expected at least 1, got {budget}")
-    if finalists < 0:
-        raise UsageError(f"finalists: expected 0 or more, got {finalists}")
-    if not 0 <= finalist_margin <= 1:
-        raise UsageError(f"finalist_margin: expected a fraction between 0 and 1, got {finalist_margin}")
+    if isinstance(finalists, bool) or not isinstance(finalists, int) or finalists < 0:
+        raise UsageError(f"finalists: expected a whole number, 0 or more, got {finalists!r}")
+    if isinstance(finalist_margin, bool) or not isinstance(finalist_margin, int | float) \
+            or not 0 <= finalist_margin <= 1:
+        raise UsageError(f"finalist_margin: expected a fraction between 0 and 1, got {finalist_margin!r}")
     problem = check_reference(reference)
     reference = str(Path(reference).resolve())
     device = device or runtime.current_device()
@@ -307,9 +312,7 @@ def _final_round(state: SearchState, result: Result, finalists: int, margin: flo
             e = in_flight.pop(fut)
             again = judged(e.index, e.proposal, fut.result())
             rejudged[e.index].append(again)
-            status = (f"PASS {again.fitness:8.3g}x" if again.passed
-                      else f"FAIL {again.verdict.get('category') or '?':<14s}")
-            say(f"[final] {status}  was {e.fitness:.3g}x  {again.wall_s:6.1f}s  {e.proposal.label[:90]}")
+            say(f"[final] {_status(again)}  was {e.fitness:.3g}x  {again.wall_s:6.1f}s  {e.proposal.label[:90]}")
     if not any(rejudged.values()):
         return False, None
     winner, best_mean = None, -1.0
