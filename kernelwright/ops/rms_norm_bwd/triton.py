@@ -68,8 +68,10 @@ and 251 to 210 (layer norm). Both still fit two programs an SM; with :data:`FUSE
 (the lever that gave layer norm's wide forward +17-20%): capped at 168, rms spills nothing and layer norm 12 bytes
 with this switch, 148 / 520 bytes without it. At 8 rows over 8 warps the rows of a tile are split across warps
 and the same change adds shared-memory traffic and barriers (6 / 12 a tile): do not combine."""
-PAIRED_SUMS = False
-"""Experiment switch, not yet timed (``benchmarks/experiments/switch_bench.py``; journal "Session 10"): layer norm's
+PAIRED_SUMS = True
+"""On since H200 run 41 (``benchmarks/h200/ops.sh paired``; journal "Session 11"): bf16 layer norm backward, off -> on,
+split rung 16384x4096 2.64 -> 2.81 TB/s, 4096x16384 2.10 -> 2.21, 4096x65536 2.32 -> 2.54, 1024x262144 2.04 -> 2.05;
+fused rung 65536x1024 2.71 -> 2.80, 16384x1024 1.57 both. Layer norm's
 backward computes its two row sums, sum(xhat * g) and sum(g), with one two-operand ``tl.reduce`` instead of two
 ``tl.sum``, in the fused and the split rungs. The sums are independent, and Triton lowers a multi-operand reduction
 through one shared-memory round: the sm_90 SASS of the fused kernel at 1024 columns (bf16, 4 rows over 4 warps)
