@@ -646,3 +646,17 @@ def test_split_rungs_on_gpu_with_many_rows(family):
                      shapes=[((4000, 20000), {}), ((300, 262144), {}), ((2, 3, 65537), {})])
     bad = [r for r in results if not r.ok]
     assert not bad, "\n".join(f"{r.shape} {r.layout} {r.dist}: {r.reason}" for r in bad)
+
+
+def test_fast_stats_default_follows_the_measured_choice(monkeypatch):
+    """FAST_STATS None: the split forward's fast statistics where H200 runs 41-42 measured them faster (layer norm up
+    to 65536 columns, rms beyond, never with a residual); True / False force it either way."""
+    from kernelwright.ops.rms_norm import triton as fwd
+
+    monkeypatch.setattr(fwd, "FAST_STATS", None)
+    assert [fwd.fast_stats(True, False, n) for n in (16384, 65536, 262144)] == [True, True, False]
+    assert [fwd.fast_stats(False, False, n) for n in (16384, 65536, 262144)] == [False, False, True]
+    assert not any(fwd.fast_stats(False, True, n) for n in (16384, 65536, 262144))
+    for forced in (True, False):
+        monkeypatch.setattr(fwd, "FAST_STATS", forced)
+        assert all(fwd.fast_stats(c, r, 65536) is forced for c in (True, False) for r in (True, False))

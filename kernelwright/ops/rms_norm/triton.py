@@ -62,10 +62,11 @@ WEIGHT_HOLD = False
 row. Off: H200 run 24 (bf16): rms 3.58 -> 3.28 TB/s at 65536 columns, 3.24 -> 2.94 at 262144 (the held chunk
 costs a program an SM); layer +3-4%, add_rms the same, both below what the register cap gives. The backward has
 its own switch (``rms_norm_bwd.triton.WEIGHT_HOLD``, on)."""
-FAST_STATS = False
-"""Experiment switch, not yet timed (journal "Session 10"): the split forward's chunk statistics with one dependent
-block reduction fewer (see :func:`_chunk_stats`); results equal to the scaled computation's wherever the fast path
-applies (CPU test ``test_fast_chunk_statistics_match_the_scaled_ones``)."""
+FAST_STATS: bool | None = None
+"""the split forward's chunk statistics with one dependent block reduction fewer (see :func:`_chunk_stats`; results
+equal to the scaled computation's wherever the fast path applies, CPU test
+``test_fast_chunk_statistics_match_the_scaled_ones``). True / False force it (experiments); None (default) takes
+:func:`fast_stats`'s measured choice."""
 FAST_LO, FAST_HI = tl.constexpr(-20), tl.constexpr(30)
 """the range of floor(log2(max |v|)) where :func:`_chunk_stats`'s fast path applies: squares up to 2^62 (sums up
 to 2^80: no overflow), and a value whose square underflows (|v| < 2^-63) is under 2^-43 of the largest, far below
@@ -454,6 +455,21 @@ def naive_block(n_cols: int) -> int:
     return min(triton.next_power_of_2(n_cols), 65536 if runtime.interpreting() else NAIVE_BLOCK)
 
 
+def fast_stats(center: bool, residual: bool, n_cols: int) -> bool:
+    """Whether the split forward takes :func:`_chunk_stats`'s fast path (:data:`FAST_STATS` None), from H200 runs 41-42
+    (bf16, off / on in separate processes, three pairs, each pair within 1% of the others; journal "Session 11"):
+    layer norm 3.51 -> 3.61 TB/s at 16384 columns, 3.23 -> 3.32 at 65536, 2.95 -> 2.93 at 262144; rms 3.86 -> 3.87,
+    3.56 -> 3.28 (sic: slower) at 65536, 3.20 -> 3.36 at 262144; add_rms_norm within +-1% everywhere. So: layer norm
+    up to 65536 columns (16384 is the one-chunk, 32-warp program; narrower split rows were not measured), rms beyond
+    65536, add_rms_norm never. Why rms at 65536 loses 8% is not known yet (the same 8192-column, 4-warp programs as
+    at 262144, three an SM in both; 162 against 152 registers, journal "Session 10")."""
+    if FAST_STATS is not None:
+        return bool(FAST_STATS)
+    if residual:
+        return False
+    return n_cols <= 65536 if center else n_cols > 65536
+
+
 def split_config(n_cols: int, residual: bool = False) -> tuple[int, int, tuple[str, str]]:
     """(columns per program, warps, cache hints) of the forward split rung; one chunk a row under the interpreter.
 
@@ -557,7 +573,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
-                    FAST=FAST_STATS,
+                    FAST=fast_stats(center, has_res, n_cols),
                     **_split_cap(center and not has_res and split_chunk is None and n_cols > SPLIT_CHUNK))
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)
