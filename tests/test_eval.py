@@ -69,6 +69,18 @@ def test_honest_candidate_passes(ev, problem_name, candidate):
     assert v.compile_s is not None and v.overhead_s is not None
 
 
+def test_a_recompile_at_the_second_size_counts_as_compile_time_not_overhead(ev):
+    """A candidate that compiles again at each new input shape (torch.compile's re-trace, an autotuner's re-tune):
+    its first call at the second size is its own compile time, so compile_s holds both first calls and
+    overhead_s (eval_s - compile_s) neither."""
+    v = ev.evaluate(prob("elementwise"), str(FIX / "honest/elementwise_compiles_per_shape.py"))
+    assert v.passed, f"[{v.category}] {v.reason}"
+    assert v.details["alt_size"], "the problem must be run at a second size for this test to mean anything"
+    assert v.details["first_call_s"] >= 0.6 and v.details["alt_first_call_s"] >= 0.6
+    assert v.compile_s >= v.details["first_call_s"] + v.details["alt_first_call_s"]
+    assert abs(v.overhead_s - (v.eval_s - v.compile_s)) < 1e-9
+
+
 def test_slow_inputs_travel_and_timing_sets_are_perturbed():
     """When get_inputs() is slow the drawn inputs go to the candidate worker through shared memory and the timing
     sets are perturbed copies; honest candidates still pass and batch-and-skip is still caught."""

@@ -298,6 +298,9 @@ def _fill(v: Verdict, ref: Reference, out: Outcome, cfg: EvalConfig) -> None:
     v.details["state_loaded"] = res["state_loaded"]
     v.details["native_threads"] = res["native_threads"]
     v.details["first_call_s"] = res["first_call_s"]
+    v.details["alt_first_call_s"] = res.get("alt_first_call_s")
+    if res.get("compile_s") is not None:  # the stage message's, plus the first call at the second size
+        v.compile_s = res["compile_s"]
     t_judge = time.perf_counter()
     try:
         category, reason = _judge_outputs(v, ref, res)

@@ -66,7 +66,7 @@ class Verdict:
     """one per input set: name, distribution, order, ok, errors, reason"""
     seed: int | None = None
     compile_s: float | None = None
-    """candidate import + construction + first call"""
+    """candidate import + construction + first call, + its first call at the second size (a re-compile there)"""
     eval_s: float = 0.0
     overhead_s: float | None = None
     """``eval_s - compile_s``: what evaluating cost beyond the candidate's own compilation"""
