@@ -652,11 +652,21 @@ def test_fast_stats_default_follows_the_measured_choice(monkeypatch):
     """FAST_STATS None: the split forward's fast statistics where H200 runs 41-42 measured them faster (layer norm up
     to 65536 columns, rms beyond, never with a residual); True / False force it either way."""
     from kernelwright.ops.rms_norm import triton as fwd
+    from kernelwright.ops.rms_norm_bwd import triton as bwd
 
     monkeypatch.setattr(fwd, "FAST_STATS", None)
+    monkeypatch.setattr(bwd, "PAIRED_SUMS", None)
+    # under the interpreter both are off unless forced (its tl.reduce folds sequentially: fp32 error grows with n)
+    monkeypatch.setattr(fwd.runtime, "interpreting", lambda: True)
+    assert not any(fwd.fast_stats(c, False, n) for c in (True, False) for n in (16384, 65536, 262144))
+    assert bwd.paired_sums() is False
+    monkeypatch.setattr(fwd.runtime, "interpreting", lambda: False)
+    assert bwd.paired_sums() is True
     assert [fwd.fast_stats(True, False, n) for n in (16384, 65536, 262144)] == [True, True, False]
     assert [fwd.fast_stats(False, False, n) for n in (16384, 65536, 262144)] == [False, False, True]
     assert not any(fwd.fast_stats(False, True, n) for n in (16384, 65536, 262144))
     for forced in (True, False):
         monkeypatch.setattr(fwd, "FAST_STATS", forced)
         assert all(fwd.fast_stats(c, r, 65536) is forced for c in (True, False) for r in (True, False))
+        monkeypatch.setattr(bwd, "PAIRED_SUMS", forced)
+        assert bwd.paired_sums() is forced

@@ -70,7 +70,7 @@ def _bwd_fused(cols: int, center: bool, cap: int | None = None, **switches):
     sig, aligned = _bwd_sig()
     block, rows, warps = B.fused_bwd_config(cols)
     consts = dict(CENTER=center, DH=False, OFFSET=False, PREFETCH=B.FUSED_PREFETCH, BLOCK_R=rows, BLOCK=block,
-                  DW_PER_TILE=B.FUSED_DW_PER_TILE, PAIRED_SUMS=B.PAIRED_SUMS) | switches
+                  DW_PER_TILE=B.FUSED_DW_PER_TILE, PAIRED_SUMS=B.PAIRED_SUMS is not False) | switches  # GPU default
     art = compile_triton(B._norm_bwd_fused_kernel, sig, consts, num_warps=warps, maxnreg=cap, aligned=aligned)
     return f"{rows}x{block} {warps}w", analyze(art)
 

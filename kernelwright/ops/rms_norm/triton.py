@@ -462,10 +462,13 @@ def fast_stats(center: bool, residual: bool, n_cols: int) -> bool:
     3.56 -> 3.28 (sic: slower) at 65536, 3.20 -> 3.36 at 262144; add_rms_norm within +-1% everywhere. So: layer norm
     up to 65536 columns (16384 is the one-chunk, 32-warp program; narrower split rows were not measured), rms beyond
     65536, add_rms_norm never. Why rms at 65536 loses 8% is not known yet (the same 8192-column, 4-warp programs as
-    at 262144, three an SM in both; 162 against 152 registers, journal "Session 10")."""
+    at 262144, three an SM in both; 162 against 152 registers, journal "Session 10").
+    Off under the interpreter unless forced: it folds a ``tl.reduce`` with a combine function sequentially, whose
+    fp32 sum of 262144 squares is off by ~5.7e-5 relative (the ladder test's rms 1x262144 fp32 failed at 2e-5),
+    where the GPU sums each thread's few values and then a tree; ``tl.sum`` there is numpy's pairwise sum."""
     if FAST_STATS is not None:
         return bool(FAST_STATS)
-    if residual:
+    if residual or runtime.interpreting():  # the interpreter folds tl.reduce sequentially (above)
         return False
     return n_cols <= 65536 if center else n_cols > 65536
 

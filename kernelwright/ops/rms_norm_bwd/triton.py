@@ -68,8 +68,9 @@ and 251 to 210 (layer norm). Both still fit two programs an SM; with :data:`FUSE
 (the lever that gave layer norm's wide forward +17-20%): capped at 168, rms spills nothing and layer norm 12 bytes
 with this switch, 148 / 520 bytes without it. At 8 rows over 8 warps the rows of a tile are split across warps
 and the same change adds shared-memory traffic and barriers (6 / 12 a tile): do not combine."""
-PAIRED_SUMS = True
-"""On since H200 run 41 (``benchmarks/h200/ops.sh paired``; journal "Session 11"): bf16 layer norm backward, off -> on,
+PAIRED_SUMS: bool | None = None
+"""None (default): on for the GPU, off under the interpreter (see :func:`paired_sums`); True / False force it.
+On since H200 run 41 (``benchmarks/h200/ops.sh paired``; journal "Session 11"): bf16 layer norm backward, off -> on,
 split rung 16384x4096 2.64 -> 2.81 TB/s, 4096x16384 2.10 -> 2.21, 4096x65536 2.32 -> 2.54, 1024x262144 2.04 -> 2.05;
 fused rung 65536x1024 2.71 -> 2.80, 16384x1024 1.57 both. Layer norm's
 backward computes its two row sums, sum(xhat * g) and sum(g), with one two-operand ``tl.reduce`` instead of two
@@ -78,6 +79,16 @@ through one shared-memory round: the sm_90 SASS of the fused kernel at 1024 colu
 drops from 6 block barriers a tile to 3 (rms's count), 251 -> 255 registers (still two programs an SM); at 4096
 columns (one row over 16 warps) 6 -> 3, 92 -> 88 registers (``benchmarks/experiments/sass_loops.py paired``).
 RMS norm has one sum: the switch does not touch it."""
+
+
+def paired_sums() -> bool:
+    """:data:`PAIRED_SUMS` resolved: forced when set; else on, except under the interpreter, which folds a
+    ``tl.reduce`` with a combine function sequentially (fp32 error growing with the row: 5.7e-5 relative on a sum of
+    262144 squares, against 1.3e-7 for ``tl.sum``'s pairwise numpy sum), where the GPU reduces each thread's few
+    values and then a tree. The CPU tests force it on where they test it."""
+    return bool(PAIRED_SUMS) if PAIRED_SUMS is not None else not runtime.interpreting()
+
+
 SPLIT_CHUNK, SPLIT_WARPS = 8192, 32  # columns and warps per program of the split rung up to 16384 columns
 WIDE_CHUNK, WIDE_WARPS = 8192, 8  # beyond 16384 columns: see split_config
 NAIVE_ROWS = 256  # rows per program of the naive rung's first column-sum stage
@@ -448,7 +459,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
         n_tiles = triton.cdiv(n_rows, block_r)
         pw = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
         meta = dict(**flags, PREFETCH=FUSED_PREFETCH, BLOCK_R=block_r, BLOCK=block, DW_PER_TILE=FUSED_DW_PER_TILE,
-                    PAIRED_SUMS=PAIRED_SUMS, **register_cap(FUSED_MAXNREG))
+                    PAIRED_SUMS=paired_sums(), **register_cap(FUSED_MAXNREG))
         args = (x2, weight, dy2, dh2, mean, rstd, dx2, pw, pw, *tail)
         n_progs = persistent_groups(_norm_bwd_fused_kernel, args, meta, warps, 1, n_tiles, x.device)
         pw = torch.empty((n_progs, n_cols), dtype=torch.float32, device=x.device)
@@ -463,7 +474,7 @@ def norm_backward(rung: str, x: torch.Tensor, weight: torch.Tensor, dy: torch.Te
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=_fwd.WEIGHT_EVICT,
-                    W_HOLD=WEIGHT_HOLD and n_cols >= WEIGHT_HOLD_FROM, PAIRED_SUMS=PAIRED_SUMS,
+                    W_HOLD=WEIGHT_HOLD and n_cols >= WEIGHT_HOLD_FROM, PAIRED_SUMS=paired_sums(),
                     **register_cap(SPLIT_MAXNREG))
         # the occupancy compile needs arguments of the right types; the partial rows come once groups is known
         probe = torch.empty((1, n_cols), dtype=torch.float32, device=x.device)
