@@ -198,7 +198,7 @@ def test_rescale_every_tile_drops_the_block_barriers_of_the_lazy_decision():
     assert all(e <= lz - 2 for e, lz in zip(every, lazy, strict=True)), (lazy, every)
 
 
-@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2", "exp2_lazy", "pipelined", "tuned"])
+@pytest.mark.parametrize("rung", ["flash", "causal_skip", "exp2", "exp2_lazy", "pipelined", "tuned", "split_kv"])
 def test_huge_scores_stay_finite(rung):
     # scores of ~1e12 (inputs magnified 1e3, as the evaluator's "large" set does): on the GPU the FFMA that
     # subtracts the row max used the unrounded product while the max was of rounded ones, so exp2 saw ~1e5 and
@@ -215,6 +215,108 @@ def test_huge_scores_stay_finite(rung):
     # one bf16 ulp at the output's largest magnitude: the H200 (run 19) gave 32 at |o| up to 5792 (1 ulp there),
     # where eager SDPA happened to be exact (0); 1e-3 of the magnitude, asked before, is under half an ulp
     assert err <= 4 * eager_err + 2**-7 * ref_o.abs().max(), (float(err), float(eager_err))
+
+
+# --- split_kv (flash-decoding) --------------------------------------------------------------------------------------
+SPLIT_SHAPES = [  # (size, kwargs, dtype): decoding with GQA; a few rows, causal; a varlen batch with an empty cache
+    (S(2, 8, 2, 1, 300, 64), {}, "bf16"),               # 4 heads a kv head, one row each: a 16-row tile, 5 key tiles
+    (S(1, 8, 1, 3, 130, 32, C), {}, "fp16"),            # MQA: 24 rows; causal: the last range is masked for row 0
+    (S(3, 4, 2, 20, 60, 32, VC), {"lens": ((20, 60), (3, 0), (5, 33))}, "bf16"),  # a sequence with no keys
+]
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 7])
+@pytest.mark.parametrize(("size", "kw", "dt"), SPLIT_SHAPES, ids=[spec.format_size(s[0]) for s in SPLIT_SHAPES])
+def test_split_kv_any_number_of_key_ranges_matches_float64(size, kw, dt, splits):
+    # every split count merges to the same answer: ranges past the keys, ranges a row sees none of (lse -inf in
+    # the partial) and a range per key tile included (7 ranges over 5 tiles: the launcher drops the empty ones)
+    from kernelwright.ops.attention import decode
+
+    case, seed = _case(size, DTYPES[dt], **kw)
+    q = case.args[0]
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype, device=q.device)
+    lse_shape = (q.shape[1], q.shape[0]) if len(case.args) > 3 else q.shape[:3]
+    lse = torch.full(lse_shape, float("nan"), dtype=torch.float32, device=q.device)
+    decode.attention_split_kv(*case.args, out=out, lse=lse, splits=splits, **case.kwargs)
+    ref_o, ref_lse = attention_with_lse(*[a.double() if a.is_floating_point() else a for a in case.args],
+                                        **case.kwargs)
+    what = f"split_kv splits={splits} {case.label} seed={seed}"
+    cmp = compare(out, ref_o, FAM.tolerances[DTYPES[dt]], error_scale(FAM, case))
+    assert cmp.ok, f"{what}: {cmp.reason}"
+    _lse_close(lse, ref_lse, what)
+
+
+def test_split_kv_rejects_a_split_count_under_one():
+    from kernelwright.ops.attention import decode
+
+    case, _ = _case(S(1, 2, 1, 1, 40, 16), torch.float32)
+    out = torch.empty_like(case.args[0])
+    with pytest.raises(ValueError, match="splits"):
+        decode.attention_split_kv(*case.args, out=out, splits=-1, **case.kwargs)
+
+
+def test_split_kv_split_count_from_the_environment(monkeypatch):
+    # KW_SPLIT_KV_SPLITS (benchmarks/h200/attention.sh decode sweeps it): taken when set, a clear error when not a
+    # count; an explicit splits= argument still wins
+    from kernelwright.ops.attention import decode
+
+    monkeypatch.setenv("KW_SPLIT_KV_SPLITS", "3")
+    assert decode._forced_splits() == 3
+    _check("split_kv", S(1, 4, 2, 1, 200, 16), torch.float32)
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("KW_SPLIT_KV_SPLITS", bad)
+        with pytest.raises(ValueError, match="KW_SPLIT_KV_SPLITS"):
+            decode._forced_splits()
+    case, _ = _case(S(1, 2, 1, 1, 40, 16), torch.float32)
+    out = torch.empty_like(case.args[0])
+    decode.attention_split_kv(*case.args, out=out, splits=2, **case.kwargs)  # the argument: no error
+    monkeypatch.delenv("KW_SPLIT_KV_SPLITS")
+    assert decode._forced_splits() is None
+
+
+def test_split_kv_split_count_fills_the_gpu_and_keeps_ranges_long(monkeypatch):
+    # on an H200 (132 SMs): l1/20's decode (B32 x 8 kv heads, one 16-row tile, 4096 keys) gets 3 ranges (768
+    # programs, ~4 an SM); one sequence of 1M keys gets 528 ranges of ~2k keys; a short cache is never cut under
+    # MIN_KEYS_PER_SPLIT keys a range
+    from kernelwright.ops.attention import decode
+
+    monkeypatch.setattr(decode.runtime, "interpreting", lambda: False)
+    monkeypatch.setattr(decode.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(decode.torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(multi_processor_count=132))
+    assert decode.split_count(256, 1, 4096, 64) == 3
+    assert decode.split_count(1, 1, 2**20, 64) == 528
+    assert decode.split_count(1, 1, 1000, 64) == triton_cdiv(1000, decode.MIN_KEYS_PER_SPLIT)
+    assert decode.split_count(4096, 4, 4096, 64) == 1
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def test_split_kv_compiles_for_hopper_without_spills():
+    # the two kernels as an H200 would launch them (l1/20's fp16 decode; a varlen bf16 batch), compiled for sm_90
+    from kernelwright.harness import inspect as ki
+    from kernelwright.ops.attention import hooks
+
+    for size, dtype in ((S(32, 32, 8, 1, 4096, 128), torch.float16), (S(8, 32, 8, 4, 2048, 64, VC), torch.bfloat16)):
+        partial, merge = hooks.split_kv_artifacts(size, dtype)
+        for report in (ki.analyze(partial), ki.analyze(merge)):
+            assert report.arch == "sm_90" and report.stack_bytes == 0, report
+            if report.mix is not None:
+                assert report.mix.classes.get("local memory (LDL/STL)", 0) == 0, ki.format_report(report)
+        report = ki.analyze(partial)
+        if report.mix is not None:
+            assert report.mix.classes["tensor-core MMA"] > 0, ki.format_report(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", ["fp16", "bf16"])
+def test_gpu_split_kv_at_decode_sizes(dt):
+    # l1/20's shape (B32, 32 heads over 8, one query row, 4096 keys, D128), a 4-row speculative step, a varlen batch
+    for size in (S(32, 32, 8, 1, 4096, 128), S(8, 32, 8, 4, 8192, 128, C), S(16, 32, 8, 1, 4096, 64, V)):
+        for dist in ("normal", "large"):
+            _check("split_kv", size, DTYPES[dt], dist)
 
 
 # --- varlen --------------------------------------------------------------------------------------------------------

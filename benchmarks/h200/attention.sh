@@ -12,6 +12,7 @@
 #   (run 34, session 8's RESCALE_EVERY_TILE switch off / on, was `attention.sh rescale` at 21f50a9: now the exp2 rung)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh every      # exp2 rung, tuned space with lazy or not
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh xl         # tune the 16k buckets; the D64 sweep
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh decode     # split_kv: GPU tests, decode sizes vs SDPA
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed). The GPU tests
 # run with their own cache: a test that tunes a test-sized problem must not set the config of a real bucket.
 set -uo pipefail
@@ -96,6 +97,23 @@ case "${1:-one}" in
     D64="$D64,16x32x32x1024x1024x64:causal,4x32x32x4096x4096x64:causal,2x32x32x8192x8192x64:causal"
     KW_AUTOTUNE=0 step 150 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$X,$D64" \
       --variant tuned --variant exp2 --variant sdpa_flash --variant sdpa_cudnn --max-seconds 0.5
+    ;;
+  decode)
+    # session 11 (CPU only so far): the split_kv rung (flash-decoding) on its GPU tests, then decode sizes (one or
+    # four query rows a head, GQA 4 and 8, 1k-32k keys; l1/20's shape first, fp16 and bf16) against every flash rung
+    # and the SDPA peers; then the same split counts forced (KW_SPLIT_KV_SPLITS) at l1/20's shape. About 3 minutes.
+    KW_CACHE_DIR=/tmp/kwtestcache step 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_attention.py -k split_kv
+    grep -E "passed|failed" "$LOG" | tail -2
+    DEC="32x32x8x1x4096x128,8x32x8x1x32768x128,64x32x4x1x1024x128,32x32x8x4x4096x128:causal,32x32x8x1x4096x64"
+    KW_AUTOTUNE=0 step 150 python3 -m kernelwright.cli bench attention --dtypes fp16,bf16 --sizes "$DEC" \
+      --variant split_kv --variant tuned --variant flash --variant sdpa_flash --variant sdpa_cudnn \
+      --variant sdpa_efficient --variant torch --max-seconds 0.5
+    for n in 1 2 4 8 16; do
+      KW_SPLIT_KV_SPLITS=$n KW_AUTOTUNE=0 step 40 python3 -m kernelwright.cli bench attention --dtypes fp16 \
+        --sizes 32x32x8x1x4096x128 --variant split_kv --no-peers --max-seconds 0.3
+      echo "   (splits $n)" | tee -a "$LOG"
+    done
+    grep -E "split_kv|sdpa|splits" "$LOG" | grep -E "x1x|x4x|splits" | cut -c1-140
     ;;
   buckets)
     # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at

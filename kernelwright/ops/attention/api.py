@@ -43,8 +43,8 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, caus
     max_seqlen_q, max_seqlen_k : int, optional
         Longest sequence of each (sizes the grid); ``None`` reads them from the offsets (a device sync).
     variant : str, optional
-        A rung name (``naive``, ``flash``, ``causal_skip``, ``exp2``, ``exp2_lazy``, ``pipelined``, ``tuned``);
-        ``None`` takes the best.
+        A rung name (``naive``, ``flash``, ``causal_skip``, ``exp2``, ``exp2_lazy``, ``pipelined``, ``tuned``, or
+        ``split_kv`` for decoding: few query rows, a long cache); ``None`` takes the best.
 
     Returns
     -------
@@ -107,7 +107,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         Also return the float32 log-sum-exp ``[B, Hq, Sq]`` (natural log) of the scaled, masked scores.
     variant : str, optional
         A rung of the ``attention`` family: ``"naive"``, ``"flash"``, ``"causal_skip"``, ``"exp2"``, ``"exp2_lazy"``,
-        ``"pipelined"``, ``"tuned"``; ``None`` takes the best one for the device.
+        ``"pipelined"``, ``"tuned"``, ``"split_kv"`` (flash-decoding: for few query rows against a long cache);
+        ``None`` takes the best one for the device.
 
     Returns
     -------

@@ -135,3 +135,64 @@ artifacts_exp2 = functools.partial(_artifacts, "exp2")
 artifacts_exp2_lazy = functools.partial(_artifacts, "exp2_lazy")
 artifacts_pipelined = functools.partial(_artifacts, "pipelined")
 artifacts_tuned = functools.partial(_artifacts, "tuned")
+
+
+def split_kv_artifacts(size, dtype) -> list:
+    """The split_kv rung's two kernels for a size (contiguous inputs) compiled for sm_90, with the split count it
+    would pick on an H200 (132 SMs)."""
+    import dataclasses
+
+    import triton
+
+    from kernelwright.harness.inspect import compile_triton
+    from kernelwright.ops.attention import decode as D
+    from kernelwright.ops.attention import triton as T
+    from kernelwright.ops.attention.spec import decode
+    from kernelwright.ops.matmul.hooks import _specialize
+
+    p = decode(size)
+    ptr = _PTR[dtype]
+    group = p.hq // p.hkv
+    bd = T.block_d(p.d)
+    cfg = D.decode_config(p.d, group * p.sq)
+    m_tiles = triton.cdiv(group * p.sq, cfg.BLOCK_M)
+    rows_pad = m_tiles * cfg.BLOCK_M
+    splits = max(1, min(triton.cdiv(D.PROGRAMS_PER_SM * 132, p.b * p.hkv * m_tiles),
+                        triton.cdiv(p.skv, max(cfg.BLOCK_N, D.MIN_KEYS_PER_SPLIT))))
+    ints = _layout_ints(size)
+    part = {"spb": splits * rows_pad * bd, "sps": rows_pad * bd, "spm": bd, "plb": splits * rows_pad,
+            "pls": rows_pad}
+    common = {"HEAD_DIM": p.d, "BLOCK_D": bd, "VARLEN": p.varlen}
+    lens = {} if p.varlen else {"cu_q_ptr": None, "cu_k_ptr": None}
+    out = []
+    # the partial kernel
+    names = ["seqlen_q", "seqlen_k"] + [f"{t}{x}" for t in ("sq", "sk", "sv") for x in "bhsd"]
+    pints = {n: ints[n] for n in names} | {"n_kv_heads": p.hkv, "group": group, "keys_per_split": 0} | part
+    pints["keys_per_split"] = triton.cdiv(triton.cdiv(p.skv, splits), cfg.BLOCK_N) * cfg.BLOCK_N
+    sig = {n: ptr for n in ("q_ptr", "k_ptr", "v_ptr")} | {"po_ptr": "*fp32", "pl_ptr": "*fp32", "qk_scale": "fp32"}
+    consts = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, CAUSAL=p.causal, UPCAST=False,
+                  PRECISION=T._precision(dtype)) | lens
+    if p.varlen:
+        sig.update(cu_q_ptr="*i32", cu_k_ptr="*i32")
+    sig.update({n: "i32" for n in pints})
+    sig, consts, aligned = _specialize(sig, pints, consts)
+    art = compile_triton(D._split_partial_kernel, sig, consts, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                         grid=(p.b * p.hkv, splits, m_tiles), aligned=aligned)
+    out.append(dataclasses.replace(art, note=f"split_kv partials: {cfg}, {splits} key ranges"))
+    # the merge
+    block_r = min(64, max(16, triton.next_power_of_2(group * p.sq)))
+    names = ["seqlen_q"] + [f"so{x}" for x in "bhsd"] + ["slb", "slh", "sls"]
+    cints = {n: ints[n] for n in names} | {"n_kv_heads": p.hkv, "group": group, "n_splits": splits} | part
+    sig = {"po_ptr": "*fp32", "pl_ptr": "*fp32", "o_ptr": ptr, "lse_ptr": "*fp32"}
+    consts = dict(common, BLOCK_R=block_r) | ({} if p.varlen else {"cu_q_ptr": None})
+    if p.varlen:
+        sig.update(cu_q_ptr="*i32")
+    sig.update({n: "i32" for n in cints})
+    sig, consts, aligned = _specialize(sig, cints, consts)
+    art = compile_triton(D._split_combine_kernel, sig, consts, num_warps=4, num_stages=1,
+                         grid=(p.b * p.hkv, triton.cdiv(rows_pad, block_r)), aligned=aligned)
+    out.append(dataclasses.replace(art, note=f"split_kv merge of {splits} ranges"))
+    return out
+
+
+artifacts_split_kv = split_kv_artifacts

@@ -197,7 +197,9 @@ def sweep(device: str) -> list[tuple[int, ...]]:
         d128 = [_s(16384 // s, 32, 32, s, s, 128, flags) for s in (1024, 2048, 4096, 8192, 16384)
                 for flags in (FULL, CAUSAL)]
         d64 = [_s(8, 32, 32, 2048, 2048, 64, flags) for flags in (FULL, CAUSAL)]
-        return d128 + d64 + [_s(4, 32, 8, 4096, 4096, 128, CAUSAL), _s(8, 32, 8, 4096, 4096, 128, VARLEN_CAUSAL)]
+        # the last: decoding (one query row a head, GQA 4, a 4096-key cache; kw optimize's l1/20 in bf16)
+        return d128 + d64 + [_s(4, 32, 8, 4096, 4096, 128, CAUSAL), _s(8, 32, 8, 4096, 4096, 128, VARLEN_CAUSAL),
+                             _s(32, 32, 8, 1, 4096, 128)]
     # the interpreter's: ~0.1-0.5 s a call, small enough for `kw run` on a CPU
     return [_s(1, 4, 2, 128, 128, 64, CAUSAL), _s(2, 4, 2, 128, 128, 32, VARLEN)]
 
@@ -291,6 +293,18 @@ RUNGS = (
         "Predicted: +5-15% over exp2_lazy; 380-450 TFLOP/s non-causal D128, above SDPA flash (FA2, 348), 65-75% of "
         "cuDNN (604).",
         tune=f"{_H}:tune_tuned", artifacts=f"{_H}:artifacts_tuned",
+    ),
+    Rung(
+        "split_kv", "triton", "kernelwright.ops.attention.decode:attention_split_kv",
+        "For decoding (one or a few query rows against a long cache), flash-decoding: the query rows of the heads "
+        "that share a kv head form one tile (GQA 4 at Sq 1: 4 rows in a 16-row tile, the cache read once per kv "
+        "head instead of once per query head), and the keys are split into ranges, one program each, so that "
+        "B x Hkv x ranges programs fill the GPU; each writes its rows' partial o and log-sum-exp, a second kernel "
+        "merges them. The flash rungs give such a problem one program per (batch, query head) holding 1 real row "
+        "of 128. Predicted (l1/20's shape: B32, 32 heads over 8, 4096 keys, D128, fp16; 537 MB of cache): near "
+        "the copy ceiling, 3.3-3.9 TB/s, i.e. 0.85-1.0x eager SDPA (138.6 us, 3.9 TB/s, in run 43) against the "
+        "flash rungs' 0.38-0.47x; at prefill sizes it is a slow rung (no tile skipping, small tiles).",
+        artifacts=f"{_H}:artifacts_split_kv",
     ),
 )
 

@@ -1,4 +1,5 @@
-"""attention forward in Triton: naive -> flash -> causal_skip -> exp2 -> exp2_lazy -> pipelined -> tuned.
+"""attention forward in Triton: naive -> flash -> causal_skip -> exp2 -> exp2_lazy -> pipelined -> tuned (and, for
+decoding, split_kv in :mod:`kernelwright.ops.attention.decode`).
 
 Legend: B batch, Hq query heads, Hkv kv heads (query head h reads kv head h // (Hq / Hkv)), Lq / Lk one
 sequence's query / key count, D head dim (BD: D rounded up to a power of two >= 16), BM x BN a tile of
