@@ -7,6 +7,11 @@ import os
 
 os.environ.setdefault("KW_DEVICE", "cpu")
 os.environ.setdefault("KW_CACHE_DIR", os.path.join(os.path.dirname(__file__), "..", ".kwcache"))
+# evaluations record themselves in an archive (default ./kernelwright-archive.db): tests keep theirs out of the repo
+if "KW_ARCHIVE" not in os.environ:
+    import tempfile
+
+    os.environ["KW_ARCHIVE"] = os.path.join(tempfile.mkdtemp(prefix="kw-test-archive-"), "archive.db")
 
 import pytest  # noqa: E402
 
