@@ -299,14 +299,18 @@ def test_split_kv_compiles_for_hopper_without_spills():
     from kernelwright.harness import inspect as ki
     from kernelwright.ops.attention import hooks
 
-    for size, dtype in ((S(32, 32, 8, 1, 4096, 128), torch.float16), (S(8, 32, 8, 4, 2048, 64, VC), torch.bfloat16)):
+    cases = [(S(32, 32, 8, 1, 4096, 128), dt) for dt in (torch.float16, torch.float32)]
+    cases += [(S(8, 32, 8, 4, 2048, 64, VC), torch.bfloat16)]
+    # and the GPU tests' shapes (every head dim, fp32's FMA path)
+    cases += [(size, dt) for size in GPU_SIZES[1:3] for dt in (torch.float32, torch.bfloat16)]
+    for size, dtype in cases:
         partial, merge = hooks.split_kv_artifacts(size, dtype)
         for report in (ki.analyze(partial), ki.analyze(merge)):
             assert report.arch == "sm_90" and report.stack_bytes == 0, report
             if report.mix is not None:
                 assert report.mix.classes.get("local memory (LDL/STL)", 0) == 0, ki.format_report(report)
         report = ki.analyze(partial)
-        if report.mix is not None:
+        if report.mix is not None and dtype != torch.float32:
             assert report.mix.classes["tensor-core MMA"] > 0, ki.format_report(report)
 
 

@@ -180,12 +180,25 @@ class DecodeConfig:
     num_stages: int
 
 
-def decode_config(d: int, rows: int) -> DecodeConfig:
+def decode_config(d: int, rows: int, dtype=torch.bfloat16) -> DecodeConfig:
     """A 16-row tile (tl.dot's minimum) up to 64 rows for the group's query rows; 64-key tiles (32 at D 256); 4
-    warps. Not tuned yet."""
+    warps. fp32 (exact products: FMA, no tensor cores) keeps 16 rows and narrower key tiles as D grows: in the
+    sm_90 code 64 x 64 at D 64 spills ~10 KB a thread, 16 x 64 takes 72 registers; at D 128, 16 x 64 spills and
+    16 x 32 in one stage takes 200; at D 256, 16 x 16 takes 114. Not tuned yet."""
     bd = block_d(d)
-    bm = min(32 if bd > 128 else 64, max(16, triton.next_power_of_2(max(rows, 1))))
-    return DecodeConfig(bm, 32 if bd > 128 else 64, 4, 2 if bd > 128 else 3)
+    wide = bd > 128
+    if dtype == torch.float32:
+        if bd <= 64:
+            return DecodeConfig(16, 64, 4, 2)
+        return DecodeConfig(16, 16, 4, 2) if wide else DecodeConfig(16, 32, 4, 1)
+    bm = min(32 if wide else 64, max(16, triton.next_power_of_2(max(rows, 1))))
+    return DecodeConfig(bm, 32 if wide else 64, 4, 2 if wide else 3)
+
+
+def merge_rows(d: int, rows: int) -> int:
+    """Rows a merge program takes: its fp32 accumulator and one partial within ~64 registers each (D 256 at 64
+    rows spilled in the sm_90 code)."""
+    return max(16, min(64, triton.next_power_of_2(max(rows, 1)), 4096 // block_d(d)))
 
 
 def split_count(batch_kv_heads: int, m_tiles: int, max_k: int, block_n: int) -> int:
@@ -227,7 +240,7 @@ def attention_split_kv(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=
     scale = 1.0 / math.sqrt(p.d) if scale is None else scale
     group = p.hq // p.hkv
     bd = block_d(p.d)
-    cfg = decode_config(p.d, group * p.max_q)
+    cfg = decode_config(p.d, group * p.max_q, q.dtype)
     m_tiles = triton.cdiv(group * p.max_q, cfg.BLOCK_M)
     n_bhk = p.batch * p.hkv
     n_splits = splits or _forced_splits() or split_count(n_bhk, m_tiles, p.max_k, cfg.BLOCK_N)
@@ -245,7 +258,7 @@ def attention_split_kv(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=
         BLOCK_M=cfg.BLOCK_M,
         BLOCK_N=cfg.BLOCK_N, CAUSAL=causal, UPCAST=_upcast(q.dtype), PRECISION=_precision(q.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    block_r = min(64, max(16, triton.next_power_of_2(group * p.max_q)))
+    block_r = merge_rows(p.d, group * p.max_q)
     _split_combine_kernel[(n_bhk, triton.cdiv(rows_pad, block_r))](
         po, pl, out, lse, p.cu_q, p.seqlen_q, p.hkv, group, n_splits, po.stride(0), po.stride(1), po.stride(2),
         pl.stride(0), pl.stride(1), *p.so, *p.sl, **common, BLOCK_R=block_r, num_warps=4)

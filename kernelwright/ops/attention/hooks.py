@@ -154,7 +154,7 @@ def split_kv_artifacts(size, dtype) -> list:
     ptr = _PTR[dtype]
     group = p.hq // p.hkv
     bd = T.block_d(p.d)
-    cfg = D.decode_config(p.d, group * p.sq)
+    cfg = D.decode_config(p.d, group * p.sq, dtype)
     m_tiles = triton.cdiv(group * p.sq, cfg.BLOCK_M)
     rows_pad = m_tiles * cfg.BLOCK_M
     splits = max(1, min(triton.cdiv(D.PROGRAMS_PER_SM * 132, p.b * p.hkv * m_tiles),
@@ -180,7 +180,7 @@ def split_kv_artifacts(size, dtype) -> list:
                          grid=(p.b * p.hkv, splits, m_tiles), aligned=aligned)
     out.append(dataclasses.replace(art, note=f"split_kv partials: {cfg}, {splits} key ranges"))
     # the merge
-    block_r = min(64, max(16, triton.next_power_of_2(group * p.sq)))
+    block_r = D.merge_rows(p.d, group * p.sq)
     names = ["seqlen_q"] + [f"so{x}" for x in "bhsd"] + ["slb", "slh", "sls"]
     cints = {n: ints[n] for n in names} | {"n_kv_heads": p.hkv, "group": group, "n_splits": splits} | part
     sig = {"po_ptr": "*fp32", "pl_ptr": "*fp32", "o_ptr": ptr, "lse_ptr": "*fp32"}
