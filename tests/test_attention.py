@@ -246,6 +246,25 @@ def test_split_kv_any_number_of_key_ranges_matches_float64(size, kw, dt, splits)
     _lse_close(lse, ref_lse, what)
 
 
+def test_split_kv_auto_takes_decode_shapes_only_when_switched_on(monkeypatch):
+    # SPLIT_KV_AUTO (off until timed): auto picks split_kv for decode steps (GQA rows of a kv head in one tile,
+    # >= 512 keys), tuned for everything else, and tuned for all while the switch is off
+    decode_sizes = [S(32, 32, 8, 1, 4096, 128), S(8, 32, 8, 4, 8192, 128, C), S(64, 32, 4, 1, 1024, 64)]
+    other = [S(4, 32, 32, 4096, 4096, 128), S(32, 32, 8, 1, 256, 128), S(1, 64, 1, 2, 4096, 128)]
+    assert [spec.decode_shaped(x) for x in decode_sizes + other] == [True] * 3 + [False] * 3
+    assert all(spec.choose(x, {})[0] == "tuned" for x in decode_sizes + other)
+    monkeypatch.setattr(spec, "SPLIT_KV_AUTO", True)
+    assert [spec.choose(x, {})[0] for x in decode_sizes + other] == ["split_kv"] * 3 + ["tuned"] * 3
+    from kernelwright.ops import _validate
+
+    size = S(1, 8, 2, 1, 600, 32)
+    assert _validate.pick_rung(FAM, None, "cpu", size, {}, torch.bfloat16).name == "split_kv"
+    case, _ = _case(size, torch.bfloat16)
+    o = ops.attention(*case.args, causal=False)  # the public op through auto, against float64
+    cmp = compare(o, reference64(FAM, case), FAM.tolerances[torch.bfloat16], error_scale(FAM, case))
+    assert cmp.ok, cmp.reason
+
+
 def test_split_kv_rejects_a_split_count_under_one():
     from kernelwright.ops.attention import decode
 

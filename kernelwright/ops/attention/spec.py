@@ -309,8 +309,23 @@ RUNGS = (
 )
 
 
+SPLIT_KV_AUTO = False
+"""Experiment switch, off until timed (``benchmarks/h200/attention.sh decode``; journal "Session 11"): ``auto``
+takes split_kv for decode-shaped cases (see :func:`decode_shaped`) instead of tuned."""
+
+
+def decode_shaped(size) -> bool:
+    """A decode step: the query rows of the heads sharing a kv head fit one 64-row tile, against at least 512 keys
+    (where the flash rungs' 128-row query tiles are mostly empty and their programs too few)."""
+    p = decode(size)
+    return (p.hq // max(p.hkv, 1)) * p.sq <= 64 and p.skv >= 512
+
+
 def choose(size, kwargs) -> list[str]:
-    return ["tuned", "exp2", "pipelined", "exp2_lazy", "causal_skip", "flash", "naive"]
+    order = ["tuned", "exp2", "pipelined", "exp2_lazy", "causal_skip", "flash", "naive"]
+    if SPLIT_KV_AUTO and decode_shaped(size):
+        return ["split_kv", *order]
+    return order
 
 
 # --- peers: torch SDPA on each backend; varlen cases loop over the sequences ---------------------------------------
