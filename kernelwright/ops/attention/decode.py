@@ -1,11 +1,12 @@
 """attention forward for decoding: ``split_kv``, the key range split over programs (flash-decoding).
 
 At decode time a sequence has one (or a few) new query rows and a long key/value cache. The flash rungs give each
-program 128 query rows of one head and stream every key through it: with one real row in the tile, there is one
-program per (batch, query head), too few to keep the GPU's memory busy, each reading its kv head's whole cache,
-and GQA's query heads each reading the same cache again (H200 run 43, l1/20: 32 x 32 heads over 8 kv heads, 4096
-keys, fp16: our flash rungs at 0.38-0.47x eager SDPA). Two changes, as in flash-decoding (Dao, Haziza, Massa,
-Sizov, 2023, https://crfm.stanford.edu/2023/10/12/flashdecoding.html) and its GQA packing:
+program a tile of query rows of one head (128, shrunk to 16 for a single row) and stream every key through it: with
+one real row in the tile, there is one program per (batch, query head), too few to keep the GPU's memory busy, each
+reading its kv head's whole cache, and GQA's query heads each reading the same cache again (H200 run 43, l1/20: 32 x
+32 heads over 8 kv heads, 4096 keys, fp16: our flash rungs at 0.38-0.47x eager SDPA). Two changes, as in flash-
+decoding (Dao, Haziza, Massa, Sizov, 2023, https://crfm.stanford.edu/2023/10/12/flashdecoding.html) and its GQA
+packing:
 
 * the query rows of the ``group`` heads that share a kv head form one tile (``group x Sq`` rows, head-major), so
   the cache is read once per kv head, not once per query head;

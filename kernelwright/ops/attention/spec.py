@@ -297,13 +297,13 @@ RUNGS = (
     Rung(
         "split_kv", "triton", "kernelwright.ops.attention.decode:attention_split_kv",
         "For decoding (one or a few query rows against a long cache), flash-decoding: the query rows of the heads "
-        "that share a kv head form one tile (GQA 4 at Sq 1: 4 rows in a 16-row tile, the cache read once per kv "
-        "head instead of once per query head), and the keys are split into ranges, one program each, so that "
-        "B x Hkv x ranges programs fill the GPU; each writes its rows' partial o and log-sum-exp, a second kernel "
-        "merges them. The flash rungs give such a problem one program per (batch, query head) holding 1 real row "
-        "of 128. Predicted (l1/20's shape: B32, 32 heads over 8, 4096 keys, D128, fp16; 537 MB of cache): near "
-        "the copy ceiling, 3.3-3.9 TB/s, i.e. 0.85-1.0x eager SDPA (138.6 us, 3.9 TB/s, in run 43) against the "
-        "flash rungs' 0.38-0.47x; at prefill sizes it is a slow rung (no tile skipping, small tiles).",
+        "that share a kv head form one tile (GQA 4 at Sq 1: 4 rows in a 16-row tile, the cache read once per kv head "
+        "instead of once per query head), and the keys are split into ranges, one program each, so that B x Hkv x "
+        "ranges programs fill the GPU; each writes its rows' partial o and log-sum-exp, a second kernel merges them. "
+        "The flash rungs give such a problem one program per (batch, query head) holding 1 real row of a 16-row tile."
+        " Predicted (l1/20's shape: B32, 32 heads over 8, 4096 keys, D128, fp16; 537 MB of cache): near the copy "
+        "ceiling, 3.3-3.9 TB/s, i.e. 0.85-1.0x eager SDPA (138.6 us, 3.9 TB/s, in run 43) against the flash rungs' "
+        "0.38-0.47x; at prefill sizes it is a slow rung (no tile skipping, small tiles).",
         artifacts=f"{_H}:artifacts_split_kv",
     ),
 )
