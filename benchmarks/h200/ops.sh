@@ -15,6 +15,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh narrowbwd  # the fused backward's switches at 1024 columns
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh paired     # layer norm backward: PAIRED_SUMS off / on
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh faststats  # the split forward: FAST_STATS off / on
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ncu        # why rms at 65536 loses with FAST_STATS: counters
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -113,6 +114,27 @@ case "${1:-fwd}" in
         --sizes 16384x16384,4096x65536,1024x262144 --max-seconds 0.5
     done
     grep -E "^switch|split .*x(16384|65536|262144) " "$LOG" | cut -c1-130
+    ;;
+  ncu)
+    # session 11's open question: FAST_STATS made rms's split forward 8% slower at 4096x65536 and 5% faster at
+    # 1024x262144 (runs 41-42; the same 8192-column 4-warp programs). Nsight Compute on one launch of each (off / on):
+    # throughput, warp stall reasons, occupancy. ncu reads counters only on some machines (H200.md: Firecracker yes,
+    # gVisor no): the first step says which. Clocks left alone (--clock-control none). About 3 minutes.
+    NCU="ncu --clock-control none --target-processes all --kernel-name regex:_norm_fwd_split_kernel --launch-skip 8
+         --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+         --section Occupancy --section SchedulerStats --csv --page details"
+    for size in 4096x65536 1024x262144; do
+      for sw in False True; do
+        echo "== ncu rms split $size FAST_STATS=$sw" | tee -a "$LOG"
+        timeout 120 $NCU python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.triton.FAST_STATS=$sw \
+          -- bench rms_norm --variant split --no-peers --dtypes bf16 --sizes "$size" --max-seconds 0.2 \
+          > "/tmp/ncu_${size}_$sw.csv" 2>> "$LOG"
+        echo "   rc=$?" | tee -a "$LOG"
+        grep -E '"(Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per Thread|Warp Cycles|Eligible|Issued|No Eligible)' \
+          "/tmp/ncu_${size}_$sw.csv" | awk -F'","' '{print $(NF-2) " | " $NF}' | head -40 | tee -a "$LOG"
+      done
+    done
+    tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_*.csv) 2>/dev/null
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \
