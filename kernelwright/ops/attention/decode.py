@@ -231,8 +231,8 @@ def _forced_splits() -> int | None:
 
 def attention_split_kv(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False, scale=None,
                        max_seqlen_q=None, max_seqlen_k=None, out, lse=None, splits: int | None = None):
-    """The group's query rows in one tile per kv head, the keys split into ``splits`` ranges (default:
-    :func:`split_count`), partials merged by a second kernel."""
+    """The group's query rows in one tile per kv head, the keys split into ``splits`` ranges (None or 0:
+    ``KW_SPLIT_KV_SPLITS`` if set, else :func:`split_count`), partials merged by a second kernel."""
     varlen = cu_seqlens_q is not None
     lse = _scratch_lse(out, varlen, lse)
     p = _problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse)
@@ -256,9 +256,8 @@ def attention_split_kv(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=
     _split_partial_kernel[(n_bhk, n_splits, m_tiles)](
         q, k, v, po, pl, p.cu_q, p.cu_k, p.seqlen_q, p.seqlen_k, p.hkv, group, scale * LOG2E, keys_per_split,
         *p.sq, *p.sk, *p.sv, po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1), **common,
-        BLOCK_M=cfg.BLOCK_M,
-        BLOCK_N=cfg.BLOCK_N, CAUSAL=causal, UPCAST=_upcast(q.dtype), PRECISION=_precision(q.dtype),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, CAUSAL=causal, UPCAST=_upcast(q.dtype),
+        PRECISION=_precision(q.dtype), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     block_r = merge_rows(p.d, group * p.max_q)
     _split_combine_kernel[(n_bhk, triton.cdiv(rows_pad, block_r))](
         po, pl, out, lse, p.cu_q, p.seqlen_q, p.hkv, group, n_splits, po.stride(0), po.stride(1), po.stride(2),
