@@ -297,20 +297,21 @@ def test_split_kv_split_count_fills_the_gpu_and_keeps_ranges_long(monkeypatch):
     # on an H200 (132 SMs): l1/20's decode (B32 x 8 kv heads, one 16-row tile, 4096 keys) gets 3 ranges (768
     # programs, ~4 an SM); one sequence of 1M keys gets 528 ranges of ~2k keys; a short cache is never cut under
     # MIN_KEYS_PER_SPLIT keys a range
+    import triton
+
     from kernelwright.ops.attention import decode
 
+    assert decode.split_count(256, 1, 4096, 64, sms=132) == 3
+    assert decode.split_count(1, 1, 2**20, 64, sms=132) == 528
+    assert decode.split_count(1, 1, 1000, 64, sms=132) == triton.cdiv(1000, decode.MIN_KEYS_PER_SPLIT)
+    assert decode.split_count(4096, 4, 4096, 64, sms=132) == 1
+    assert decode.key_ranges(4096, 3, 64) == (1408, 3) and decode.key_ranges(300, 7, 64) == (64, 5)
+    # on a GPU the SM count is the device's own
     monkeypatch.setattr(decode.runtime, "interpreting", lambda: False)
     monkeypatch.setattr(decode.torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(decode.torch.cuda, "get_device_properties",
                         lambda i: types.SimpleNamespace(multi_processor_count=132))
     assert decode.split_count(256, 1, 4096, 64) == 3
-    assert decode.split_count(1, 1, 2**20, 64) == 528
-    assert decode.split_count(1, 1, 1000, 64) == triton_cdiv(1000, decode.MIN_KEYS_PER_SPLIT)
-    assert decode.split_count(4096, 4, 4096, 64) == 1
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def test_split_kv_compiles_for_hopper_without_spills():

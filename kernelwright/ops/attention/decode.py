@@ -202,17 +202,24 @@ def merge_rows(d: int, rows: int) -> int:
     return max(16, min(64, triton.next_power_of_2(max(rows, 1)), 4096 // block_d(d)))
 
 
-def split_count(batch_kv_heads: int, m_tiles: int, max_k: int, block_n: int) -> int:
-    """Key ranges per (batch, kv head): enough programs for ``PROGRAMS_PER_SM`` per SM, no range shorter than
-    ``MIN_KEYS_PER_SPLIT`` keys (nor than one tile). Under the interpreter: up to 8 programs in all, so the CPU
-    tests run the merge."""
+def split_count(batch_kv_heads: int, m_tiles: int, max_k: int, block_n: int, sms: int | None = None) -> int:
+    """Key ranges per (batch, kv head): enough programs for ``PROGRAMS_PER_SM`` per SM (``sms``: the current
+    GPU's), no range shorter than ``MIN_KEYS_PER_SPLIT`` keys (nor than one tile). Under the interpreter, with no
+    ``sms`` given: up to 8 programs in all, so the CPU tests run the merge."""
     tiles = max(1, triton.cdiv(max_k, block_n))
-    if runtime.interpreting():
-        return max(1, min(tiles, 8 // max(1, batch_kv_heads * m_tiles)))
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    if sms is None:
+        if runtime.interpreting():
+            return max(1, min(tiles, 8 // max(1, batch_kv_heads * m_tiles)))
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     want = triton.cdiv(PROGRAMS_PER_SM * sms, max(1, batch_kv_heads * m_tiles))
     longest = max(1, triton.cdiv(max_k, max(block_n, MIN_KEYS_PER_SPLIT)))
     return max(1, min(want, longest, tiles))
+
+
+def key_ranges(max_k: int, splits: int, block_n: int) -> tuple[int, int]:
+    """(keys a range, ranges): ``splits`` ranges of whole key tiles, fewer where the last ones would be empty."""
+    keys_per_split = triton.cdiv(triton.cdiv(max_k, splits), block_n) * block_n
+    return keys_per_split, triton.cdiv(max_k, keys_per_split)
 
 
 def _forced_splits() -> int | None:
@@ -247,8 +254,7 @@ def attention_split_kv(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=
     n_splits = splits or _forced_splits() or split_count(n_bhk, m_tiles, p.max_k, cfg.BLOCK_N)
     if n_splits < 1:
         raise ValueError(f"splits must be >= 1, got {n_splits}")
-    keys_per_split = triton.cdiv(triton.cdiv(p.max_k, n_splits), cfg.BLOCK_N) * cfg.BLOCK_N
-    n_splits = triton.cdiv(p.max_k, keys_per_split)  # no empty trailing ranges
+    keys_per_split, n_splits = key_ranges(p.max_k, n_splits, cfg.BLOCK_N)
     rows_pad = m_tiles * cfg.BLOCK_M
     po = torch.empty((n_bhk, n_splits, rows_pad, bd), dtype=torch.float32, device=q.device)
     pl = torch.empty((n_bhk, n_splits, rows_pad), dtype=torch.float32, device=q.device)

@@ -157,8 +157,8 @@ def split_kv_artifacts(size, dtype) -> list:
     cfg = D.decode_config(p.d, group * p.sq, dtype)
     m_tiles = triton.cdiv(group * p.sq, cfg.BLOCK_M)
     rows_pad = m_tiles * cfg.BLOCK_M
-    splits = max(1, min(triton.cdiv(D.PROGRAMS_PER_SM * 132, p.b * p.hkv * m_tiles),
-                        triton.cdiv(p.skv, max(cfg.BLOCK_N, D.MIN_KEYS_PER_SPLIT))))
+    keys_per_split, splits = D.key_ranges(p.skv, D.split_count(p.b * p.hkv, m_tiles, p.skv, cfg.BLOCK_N, sms=132),
+                                          cfg.BLOCK_N)
     ints = _layout_ints(size)
     part = {"spb": splits * rows_pad * bd, "sps": rows_pad * bd, "spm": bd, "plb": splits * rows_pad,
             "pls": rows_pad}
@@ -167,8 +167,7 @@ def split_kv_artifacts(size, dtype) -> list:
     out = []
     # the partial kernel
     names = ["seqlen_q", "seqlen_k"] + [f"{t}{x}" for t in ("sq", "sk", "sv") for x in "bhsd"]
-    pints = {n: ints[n] for n in names} | {"n_kv_heads": p.hkv, "group": group, "keys_per_split": 0} | part
-    pints["keys_per_split"] = triton.cdiv(triton.cdiv(p.skv, splits), cfg.BLOCK_N) * cfg.BLOCK_N
+    pints = {n: ints[n] for n in names} | {"n_kv_heads": p.hkv, "group": group, "keys_per_split": keys_per_split} | part
     sig = {n: ptr for n in ("q_ptr", "k_ptr", "v_ptr")} | {"po_ptr": "*fp32", "pl_ptr": "*fp32", "qk_scale": "fp32"}
     consts = dict(common, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, CAUSAL=p.causal, UPCAST=False,
                   PRECISION=T._precision(dtype)) | lens
