@@ -246,15 +246,16 @@ def test_split_kv_any_number_of_key_ranges_matches_float64(size, kw, dt, splits)
     _lse_close(lse, ref_lse, what)
 
 
-def test_split_kv_auto_takes_decode_shapes_only_when_switched_on(monkeypatch):
-    # SPLIT_KV_AUTO (off until timed): auto picks split_kv for decode steps (GQA rows of a kv head in one tile,
+def test_split_kv_auto_takes_decode_shapes_only(monkeypatch):
+    # SPLIT_KV_AUTO (on since run 44): auto picks split_kv for decode steps (GQA rows of a kv head in one tile,
     # >= 512 keys), tuned for everything else, and tuned for all while the switch is off
     decode_sizes = [S(32, 32, 8, 1, 4096, 128), S(8, 32, 8, 4, 8192, 128, C), S(64, 32, 4, 1, 1024, 64)]
     other = [S(4, 32, 32, 4096, 4096, 128), S(32, 32, 8, 1, 256, 128), S(1, 64, 1, 2, 4096, 128)]
     assert [spec.decode_shaped(x) for x in decode_sizes + other] == [True] * 3 + [False] * 3
+    assert [spec.choose(x, {})[0] for x in decode_sizes + other] == ["split_kv"] * 3 + ["tuned"] * 3
+    monkeypatch.setattr(spec, "SPLIT_KV_AUTO", False)
     assert all(spec.choose(x, {})[0] == "tuned" for x in decode_sizes + other)
     monkeypatch.setattr(spec, "SPLIT_KV_AUTO", True)
-    assert [spec.choose(x, {})[0] for x in decode_sizes + other] == ["split_kv"] * 3 + ["tuned"] * 3
     from kernelwright.ops import _validate
 
     size = S(1, 8, 2, 1, 600, 32)

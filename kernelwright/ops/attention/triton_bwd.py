@@ -418,20 +418,24 @@ class BwdConfig:
     dq: KernelConfig
 
 
-def default_config(d: int, dtype: torch.dtype) -> BwdConfig:
-    """Heuristic configs (H100/H200, wgmma): the kernel that keeps a block in registers keeps 128 rows of it
-    (2 warpgroups of 64 when the fp32 accumulators need 8 warps to stay under ~128 registers a thread) and steps
-    over 32-64 of the other; 2-3 stages of the streamed tiles in shared memory."""
+def default_config(d: int, dtype: torch.dtype, group: int = 1) -> BwdConfig:
+    """Default configs (H100/H200, wgmma). At D 64 and 128 in 16 bits, the configs ``kw tune attention_bwd`` chose
+    on the H200 (runs 47-49: B4 H32 without GQA, S 1k-16k, both masks): the dk/dv kernel keeps 64 keys on 4 warps
+    over 3 stages of 32 query rows (13 of 14 buckets), the dq kernel 128 rows on 8 warps over 3 stages of 64 keys
+    (the non-causal buckets). Until then the dk/dv kernel kept 128 keys on 8 warps, 2 stages: 10-40% slower there.
+    With a GQA ``group`` > 1 at D 128 the dk/dv kernel keeps the old config: the new one spills 520 bytes a thread
+    in its group loop (kw inspect, sm_90; the old one 96), and no GQA bucket has been timed. D 256: the largest
+    tiles that compile without spills (kw inspect, sm_90)."""
     bd = block_d(d)
     if dtype == torch.float32:  # exact fp32 products run as FMAs from shared memory: small tiles, 8 warps (the
         # largest that compile without spills on sm_90 at D 64 and 128: kw inspect)
         if bd <= 128:
             return BwdConfig(KernelConfig(16, 64, 8, 2), KernelConfig(64, 16, 8, 2))
         return BwdConfig(KernelConfig(16, 32, 8, 2), KernelConfig(32, 16, 8, 2))
-    if bd <= 64:  # 4 warps holding 128 keys spill at D 64 (kw inspect: 255 registers + 152 B a thread)
-        return BwdConfig(KernelConfig(32, 128, 8, 2), KernelConfig(128, 32, 4, 3))
+    if bd <= 64 or (bd <= 128 and group <= 1):
+        return BwdConfig(KernelConfig(32, 64, 4, 3), KernelConfig(128, 64, 8, 3))
     if bd <= 128:
-        return BwdConfig(KernelConfig(32, 128, 8, 2), KernelConfig(128, 64, 8, 2))
+        return BwdConfig(KernelConfig(32, 128, 8, 2), KernelConfig(128, 64, 8, 3))
     return BwdConfig(KernelConfig(16, 64, 8, 2), KernelConfig(64, 32, 8, 2))
 
 
@@ -496,7 +500,7 @@ def _bucket(size) -> str:
 
 def _space_default(kernel: str):
     def default(size, dtype) -> KernelConfig:
-        cfg = default_config(size[5], dtype)
+        cfg = default_config(size[5], dtype, size[1] // max(size[2], 1))
         return cfg.dkdv if kernel == "dkdv" else cfg.dq
 
     return default
@@ -662,7 +666,7 @@ def fa2_backward(pb: Problem, out, config: BwdConfig | None = None):
     if pb.varlen:  # tokens past the last sequence (if any) belong to no sequence: their gradients are 0
         for t, cu in ((dq, pb.cu_q), (dk, pb.cu_k), (dv, pb.cu_k)):
             t[int(cu[-1]):].zero_()
-    config = config or default_config(pb.d, pb.q.dtype)
+    config = config or default_config(pb.d, pb.q.dtype, pb.hq // pb.hkv)
     delta, lse2, st = _statistics(pb)
     _launch_dkdv(pb, dk, dv, delta, lse2, st, config.dkdv)
     _launch_dq(pb, dq, delta, lse2, st, config.dq)
@@ -703,7 +707,7 @@ def tuned_config(pb: Problem, force: bool = False, on_step=None) -> BwdConfig:
 def tune_problem(pb: Problem, force: bool = False, on_step=None) -> list:
     """Search both spaces for this problem (``kw tune`` and first use on CUDA); returns the two TuneResults."""
     size, dtype = pb.size(), pb.q.dtype
-    default = default_config(pb.d, dtype)
+    default = default_config(pb.d, dtype, pb.hq // pb.hkv)
     delta, lse2, st = _statistics(pb)
     ref_dk, ref_dv, ref_dq = torch.empty_like(pb.k), torch.empty_like(pb.v), torch.empty_like(pb.q)
     _launch_dkdv(pb, ref_dk, ref_dv, delta, lse2, st, default.dkdv)
