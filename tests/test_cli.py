@@ -22,7 +22,7 @@ def test_list_json(capsys):
     assert code == 0
     fams = {f["family"]: f for f in data}
     assert {"vector_add", "softmax"} <= set(fams)
-    assert [r["name"] for r in fams["softmax"]["rungs"]] == ["multipass", "fused", "online", "split"]
+    assert [r["name"] for r in fams["softmax"]["rungs"]] == ["multipass", "fused", "online", "split", "cluster"]
 
 
 def test_check_json(capsys):

@@ -83,6 +83,8 @@ def pick_rung(family, variant: str | None, device_type: str, size, kwargs, dtype
     names = family.preferred(size, kwargs)
     for name in names:
         rung = family.rung(name)
+        if rung.needs == "hopper" and not (device_type == "cuda" and runtime.is_hopper()):
+            continue
         if runs_on(rung.backend, device_type) is None and not rung.refusal(size, kwargs, dtype):
             return rung
     raise Unavailable(f"{family.name}: no rung can take this input here")

@@ -23,6 +23,12 @@ def fused_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
     return None
 
 
+def _cuda_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    from kernelwright.ops.softmax import cuda
+
+    return cuda.limit(size, kwargs)
+
+
 RUNGS = (
     Rung(
         "multipass", "triton", f"{_T}:softmax_multipass",
@@ -51,6 +57,16 @@ RUNGS = (
         "and prefetches the row after; the persistent grid is sized by an occupancy calculation so every partner "
         "is resident. One read, one write at any width. Predicted: >= 85% of the copy ceiling at 64k and 256k "
         "columns, where online pays a second read.",
+    ),
+    Rung(
+        "cluster", "cuda", "kernelwright.ops.softmax.cuda:softmax_cluster",
+        "CUDA C for Hopper: a row split over the 1-8 CTAs of a thread-block cluster, each holding its chunk in "
+        "registers (64 bf16 values a thread, 16-byte loads); the CTAs' (max, sum) partials meet in distributed "
+        "shared memory at one hardware cluster barrier instead of the split rung's global-memory words and spinning "
+        "loads, and since a cluster's CTAs are co-scheduled there is no persistent grid: a CTA loads, reduces, "
+        "trades, writes and exits, and the next cluster takes its place. Predicted: 3.7-3.9 TB/s at 4096x65536 (2 "
+        "CTAs of 512 threads a row) and 3.6-3.8 at 1024x262144 (8 CTAs), bf16, above split's 3.58 / 3.44.",
+        needs="hopper", limit=_cuda_limit,
     ),
 )
 
@@ -103,10 +119,16 @@ def _liger_softmax():
     return run
 
 
+CLUSTER_AUTO = False
+"""Experiment switch, off until timed on the H200: ``auto`` takes the cluster rung (Hopper only) for rows too
+wide for the fused rung, ahead of split."""
+
+
 def choose(size, kwargs) -> list[str]:
     # fused is simplest and best while a row fits in registers; wider rows go to split (one read)
-    return ["fused", "split", "online", "multipass"] if not fused_limit(size, kwargs) else [
-        "split", "online", "multipass"]
+    if not fused_limit(size, kwargs):
+        return ["fused", "split", "online", "multipass"]
+    return (["cluster"] if CLUSTER_AUTO else []) + ["split", "online", "multipass"]
 
 
 FAMILY = Family(

@@ -1,0 +1,125 @@
+"""softmax rung ``cluster`` in CUDA C for Hopper: a row split over a thread-block cluster, partials traded through
+distributed shared memory (kernel and its reasoning: ``cuda/cluster.cu``).
+
+Rows are [R, D] views with unit column stride (the Triton module's ``_launch_rows`` moves any dim there). The
+kernel is compiled per configuration by NVRTC for sm_90 (cached on disk; see :mod:`kernelwright.backends.nvrtc`)
+and launched on PyTorch's current stream.
+
+Configuration (:func:`cluster_config`): every thread keeps ``VECTORS_A_THREAD`` 16-byte vectors of its row chunk
+in registers (64 bf16/fp16 or 32 fp32 values; 32 single elements on the unaligned path), so a CTA of T threads
+holds T x that many columns. The cluster takes as many CTAs as rows of ``MAX_THREADS_SPLIT`` = 512 threads need (1 to 8,
+any count), then each CTA the power of two of threads its share needs (32 to 1024): bf16 65536 columns -> 2 CTAs x
+512 threads, 262144 -> 8 x 512; fp32 262144 -> 8 x 1024; a 32769-column bf16 row on the one-element path -> 3 x
+512. Wider rows are refused (:func:`limit`). ``CLUSTER_SIZE`` (a switch
+for ``benchmarks/experiments/switch_bench.py``) forces the cluster size where the row fits it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernelwright.backends import nvrtc
+
+SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
+MAX_CLUSTER = 8  # portable cluster size on sm_90
+MAX_THREADS = 1024
+MAX_THREADS_SPLIT = 512  # a CTA's size while the cluster can still grow (2 CTAs an SM at <= 64 registers)
+VECTORS_A_THREAD = 8  # 16-byte vectors a thread holds (32 registers); 32 elements on the unaligned path
+MAX_COLS = 262144  # 8 CTAs of 1024 threads x 32 elements (fp32, or the one-element path)
+CLUSTER_SIZE: int | None = None
+_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    cluster: int  # CTAs a row
+    threads: int  # threads a CTA
+    nv: int  # accesses a thread (16-byte vectors, or single elements when not vector)
+    vector: bool
+
+    def per_thread(self, elt: int) -> int:
+        return self.nv * (16 // elt if self.vector else 1)
+
+    def chunk(self, elt: int) -> int:
+        """Columns one CTA holds."""
+        return self.threads * self.per_thread(elt)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def cluster_config(n_cols: int, elt: int, vector: bool, cluster: int | None = None) -> ClusterConfig:
+    """The launch shape for rows of ``n_cols`` elements of ``elt`` bytes (see the module docstring)."""
+    nv = VECTORS_A_THREAD if vector else 4 * VECTORS_A_THREAD
+    per = nv * (16 // elt if vector else 1)
+    need = -(-n_cols // per)  # threads for the whole row
+    c = cluster or CLUSTER_SIZE or -(-need // MAX_THREADS_SPLIT)
+    c = max(1, min(MAX_CLUSTER, int(c)))
+    threads = min(MAX_THREADS, max(32, _pow2_at_least(-(-need // c))))
+    c = max(c, -(-need // threads))  # a forced size too small for the row grows
+    if c > MAX_CLUSTER:
+        raise ValueError(f"n_cols: rows of {n_cols} columns need {c} CTAs of {threads} threads; the cluster rung "
+                         f"takes at most {MAX_CLUSTER}")
+    return ClusterConfig(c, threads, nv, vector)
+
+
+def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    d = size[kwargs.get("dim", -1)] if size else 1
+    if d > MAX_COLS:
+        return f"cluster: a row of {d} columns exceeds {MAX_COLS} (8 CTAs holding it in registers)"
+    return None
+
+
+def options(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CompileOptions:
+    defines = {"DTYPE": _DTYPES[dtype], "VECTOR": int(cfg.vector), "NV": cfg.nv, "THREADS": cfg.threads,
+               "CLUSTER": cfg.cluster, "MIN_BLOCKS": max(1, MAX_THREADS // cfg.threads)}
+    return nvrtc.CompileOptions(defines=tuple(f"{k}={v}" for k, v in defines.items()))
+
+
+@functools.cache
+def _kernel(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CudaKernel:
+    return nvrtc.CudaKernel(SOURCE.read_text(), "softmax_cluster", options(cfg, dtype), what=str(SOURCE))
+
+
+def _aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
+    """16-byte accesses need whole vectors in every row and 16-byte-aligned row starts."""
+    elt = x2.element_size()
+    vec = 16 // elt
+    return (x2.shape[1] % vec == 0 and all(t.data_ptr() % 16 == 0 and (t.stride(0) * elt) % 16 == 0
+                                           for t in (x2, y2)))
+
+
+def plan(x2: torch.Tensor, y2: torch.Tensor) -> ClusterConfig:
+    return cluster_config(x2.shape[1], x2.element_size(), _aligned(x2, y2))
+
+
+def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
+    """softmax of the rows of ``x2`` [R, D] into ``y2`` (unit column strides)."""
+    R, D = x2.shape
+    if R == 0 or D == 0:
+        return
+    if D > MAX_COLS:
+        raise ValueError(f"x: rows of {D} columns exceed the cluster rung's {MAX_COLS}")
+    cfg = plan(x2, y2)
+    grid = R * cfg.cluster
+    if grid >= 2**31:
+        raise ValueError(f"x: {R} rows x {cfg.cluster} CTAs exceed the grid's 2^31 - 1 blocks")
+    _kernel(cfg, x2.dtype).launch((grid,), (cfg.threads,), (x2, y2, D, x2.stride(0), y2.stride(0)))
+
+
+def artifact(n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1) -> dict:
+    """What :func:`launch` would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed)."""
+    cfg = cluster_config(n_cols, torch.finfo(dtype).bits // 8, vector)
+    return {"kernel": "softmax_cluster", "cubin": _kernel(cfg, dtype).cubin, "threads_per_block": cfg.threads,
+            "dynamic_smem": 0, "grid": (rows * cfg.cluster, 1, 1), "config": cfg}
+
+
+def softmax_cluster(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:
+    from kernelwright.ops.softmax.triton import _launch_rows
+
+    return _launch_rows(x, dim, out, launch)

@@ -1,0 +1,255 @@
+// softmax rung `cluster` (Hopper, sm_90): a row split over the CTAs of one thread-block cluster, each holding its
+// chunk of the row in registers, the partial (max, sum) traded through distributed shared memory.
+//
+// y[r, :] = softmax(x[r, :]) over rows of n_cols columns; x and y have unit column
+// stride and row strides x_stride, y_stride (elements).
+//
+// One cluster of CLUSTER CTAs per row (grid: rows x CLUSTER, cluster = consecutive blockIdx.x). The CTA of rank c
+// owns columns [c * CHUNK, (c + 1) * CHUNK), CHUNK = THREADS * NV * VEC, and keeps them as raw input words in
+// registers between its single read of x and its single write of y:
+//   1. load: NV vectors of VEC elements a thread (16 bytes each when VECTOR=1), coalesced across the CTA;
+//      columns past n_cols read as -inf (they add 0 to the sum and are not stored).
+//   2. the chunk's max m_c and sum s_c = sum exp(x - m_c): warp shuffles, then one word a warp through shared
+//      memory (two block barriers for the two reductions).
+//   3. thread 0 puts (m_c, s_c) in shared memory; barrier.cluster (arrive.release / wait.acquire) makes the
+//      CLUSTER words visible cluster-wide; every thread reads them all through DSMEM (mapa + ld.shared::cluster;
+//      a warp's 32 identical reads are one access) and merges: M = max m_c, S = sum s_c exp(m_c - M).
+//   4. arrive (relaxed) on a second cluster barrier: this CTA is done reading its partners' shared memory; write
+//      y = exp(x - M) / S from the registers; wait on that barrier before exiting, so no CTA's shared memory goes
+//      away while a partner may still read it.
+// Instead of the Triton split rung's 64-bit words in global memory and spinning loads, the partners meet at a
+// hardware barrier: the cluster's CTAs are co-scheduled by construction (one GPC), so nothing has to size a
+// persistent grid to keep a row's programs resident.
+//
+// Defines: DTYPE (0 fp32, 1 fp16, 2 bf16), VECTOR (1: 16-byte accesses, needs n_cols a multiple of VEC and
+// 16-byte-aligned rows; 0: one element an access), NV (accesses a thread), THREADS, CLUSTER (1..8),
+// MIN_BLOCKS (__launch_bounds__'s blocks an SM, i.e. a register budget). All arithmetic in fp32; exp(x - m) as
+// ex2((x - m) * log2 e), what Triton's tl.exp compiles to (the difference first: x * log2 e - m * log2 e would
+// carry an error proportional to |x|, 1e-3 relative at |x| ~ 1e4).
+
+#if !defined(DTYPE) || !defined(VECTOR) || !defined(NV) || !defined(THREADS) || !defined(CLUSTER)
+#error "compile with -DDTYPE= -DVECTOR= -DNV= -DTHREADS= -DCLUSTER="
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+
+#if DTYPE == 0
+#define EB 4                         // bytes an element
+#define NEG_INF_BITS 0xff800000u     // -inf in the element format
+#define NEG_INF_WORD NEG_INF_BITS    // a 32-bit word of -infs
+#elif DTYPE == 1
+#define EB 2
+#define NEG_INF_BITS 0xfc00u
+#define NEG_INF_WORD 0xfc00fc00u
+#else
+#define EB 2
+#define NEG_INF_BITS 0xff80u
+#define NEG_INF_WORD 0xff80ff80u
+#endif
+#define VEC (VECTOR ? 16 / EB : 1)  // elements an access
+#define WORDS (VECTOR ? 4 : 1)       // 32-bit words an access holds
+#define PER_WORD (VECTOR ? 4 / EB : 1)
+#define NWARPS (THREADS / 32)
+#define CHUNK (THREADS * NV * VEC)
+static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
+static_assert(CLUSTER >= 1 && CLUSTER <= 8, "portable cluster sizes");
+
+#define LOG2E 1.4426950408889634f
+#define NEG_INF (__int_as_float(0xff800000))
+
+// --- element conversions (raw bits <-> fp32); a 16-bit element sits in the low half of its word when VECTOR=0 ---
+__device__ __forceinline__ float from_bits(unsigned b) {
+#if DTYPE == 0
+    return __uint_as_float(b);
+#elif DTYPE == 1
+    float f;
+    unsigned short h = (unsigned short)(b & 0xffffu);
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
+    return __uint_as_float(b << 16);
+#endif
+}
+
+__device__ __forceinline__ unsigned to_bits(float f) {
+#if DTYPE == 0
+    return __float_as_uint(f);
+#elif DTYPE == 1
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
+}
+
+// element i (0 .. PER_WORD-1) of a word
+__device__ __forceinline__ float elem(unsigned w, int i) {
+#if EB == 2
+    return from_bits(i == 0 ? (w & 0xffffu) : (w >> 16));
+#else
+    return from_bits(w);
+#endif
+}
+
+__device__ __forceinline__ float ex2(float x) {  // 2^x; ex2(-inf) = +0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// --- cluster primitives (PTX ISA 7.8+, sm_90) -------------------------------------------------------------------
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float2 load_remote(const float2* local, unsigned rank) {
+    // the float2 at `local`'s offset in the shared memory of the cluster's CTA `rank`
+    unsigned addr = (unsigned)__cvta_generic_to_shared(local), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
+softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, int x_stride, int y_stride) {
+    __shared__ float red_max[NWARPS], red_sum[NWARPS];
+    __shared__ float2 part;  // this CTA's (max, sum), read by the whole cluster
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const unsigned rank = cluster_rank();
+    const long long row = blockIdx.x / CLUSTER;
+    const int base = (int)rank * CHUNK;
+
+    // 1. load the chunk: access j of thread t covers columns base + (j * THREADS + t) * VEC .. + VEC - 1
+    unsigned w[NV][WORDS];
+#if VECTOR
+    const uint4* xr = reinterpret_cast<const uint4*>(
+        static_cast<const unsigned char*>(x_) + (size_t)row * x_stride * EB);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + (j * THREADS + tid) * VEC;
+        uint4 q = make_uint4(NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD);
+        if (col < n_cols) q = __ldg(xr + col / VEC);  // n_cols is a multiple of VEC: the whole vector is in
+        w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
+    }
+#else
+#if EB == 4
+    const unsigned* xr = static_cast<const unsigned*>(x_) + (size_t)row * x_stride;
+#else
+    const unsigned short* xr = static_cast<const unsigned short*>(x_) + (size_t)row * x_stride;
+#endif
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + j * THREADS + tid;
+        w[j][0] = col < n_cols ? (unsigned)__ldg(xr + col) : NEG_INF_BITS;
+    }
+#endif
+
+    // 2. the chunk's max, then its sum of exp(x - max)
+    float m = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) m = fmaxf(m, elem(w[j][k], i));
+    m = warp_max(m);
+    if (lane == 0) red_max[warp] = m;
+    __syncthreads();
+    m = red_max[0];
+#pragma unroll
+    for (int i = 1; i < NWARPS; ++i) m = fmaxf(m, red_max[i]);
+    // a chunk of nothing but -inf (past the row's end, or -inf inputs) has sum 0, not exp(-inf + inf) = NaN
+    const float m0 = m == NEG_INF ? 0.0f : m;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s += ex2((elem(w[j][k], i) - m0) * LOG2E);
+    s = warp_sum(s);
+    if (lane == 0) red_sum[warp] = s;
+    __syncthreads();
+    s = red_sum[0];
+#pragma unroll
+    for (int i = 1; i < NWARPS; ++i) s += red_sum[i];
+
+    // 3. trade the partials across the cluster
+    if (tid == 0) part = make_float2(m, s);
+    cluster_arrive_release();
+    cluster_wait();
+    float2 p[CLUSTER];
+    float M = NEG_INF;
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) {
+        p[c] = load_remote(&part, c);
+        M = fmaxf(M, p[c].x);
+    }
+    float S = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c)
+        if (p[c].x != NEG_INF) S += p[c].y * ex2((p[c].x - M) * LOG2E);
+    cluster_arrive_relaxed();  // done with the partners' shared memory
+
+    // 4. write y from the registers. M = -inf (a row of -inf) gives NaN, as the reference does.
+    const float inv = 1.0f / S;
+#if VECTOR
+    uint4* yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)row * y_stride * EB);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + (j * THREADS + tid) * VEC;
+        unsigned o[WORDS];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            o[k] = 0;
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(w[j][k], i);
+                const float r = ex2((v - M) * LOG2E) * inv;
+                o[k] |= to_bits(r) << (16 * i);
+            }
+        }
+        if (col < n_cols) yr[col / VEC] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+#else
+#if EB == 4
+    unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;
+#else
+    unsigned short* yr = static_cast<unsigned short*>(y_) + (size_t)row * y_stride;
+#endif
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + j * THREADS + tid;
+        const float v = elem(w[j][0], 0);
+        const float r = ex2((v - M) * LOG2E) * inv;
+        if (col < n_cols) yr[col] = to_bits(r);
+    }
+#endif
+    cluster_wait();  // partners may still be reading `part`
+}

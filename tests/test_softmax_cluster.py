@@ -1,0 +1,130 @@
+"""The softmax cluster rung (CUDA C, Hopper): launch shapes cover every row, every configuration the launcher can
+pick compiles for sm_90 without spills (CPU, NVRTC), and on an H100/H200 the rung matches a float64 reference on
+aligned and unaligned widths up to 262,144 columns, with -inf inputs and in two runs bit for bit. Softmax only:
+log_softmax is not built here.
+(The family-wide fuzz of every rung, tests/test_ladders.py, covers it too when run on a Hopper GPU.)"""
+
+import pytest
+import torch
+
+from kernelwright import runtime
+from kernelwright.harness.verify import compare
+from kernelwright.ops import _validate
+from kernelwright.ops.softmax import cuda as sc
+from kernelwright.ops.softmax import spec
+from kernelwright.registry import get_family
+
+FAM = get_family("softmax")
+WIDTHS = [1, 7, 8, 31, 1000, 4097, 8192, 32768, 32769, 65536, 65537, 131072, 262143, 262144]
+
+
+@pytest.mark.parametrize("elt", [2, 4])
+@pytest.mark.parametrize("vector", [True, False])
+def test_every_width_gets_a_cluster_that_covers_the_row(elt, vector):
+    for n in WIDTHS + list(range(1, 300, 7)):
+        if vector and n % (16 // elt):
+            continue
+        cfg = sc.cluster_config(n, elt, vector)
+        assert 1 <= cfg.cluster <= sc.MAX_CLUSTER, (n, cfg)
+        assert 32 <= cfg.threads <= sc.MAX_THREADS and cfg.threads & (cfg.threads - 1) == 0, (n, cfg)
+        assert cfg.cluster * cfg.chunk(elt) >= n, (n, cfg)
+        # no CTA is wholly past the row's end unless the row is narrower than one warp's share
+        assert (cfg.cluster - 1) * cfg.chunk(elt) < n, (n, cfg)
+    assert sc.cluster_config(65536, 2, True) == sc.ClusterConfig(2, 512, 8, True)
+    assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(8, 512, 8, True)
+    assert sc.cluster_config(262144, 4, True) == sc.ClusterConfig(8, 1024, 8, True)
+    assert sc.cluster_config(32769, 2, False) == sc.ClusterConfig(3, 512, 32, False)
+    with pytest.raises(ValueError, match="n_cols"):
+        sc.cluster_config(262145, 4, True)
+
+
+def test_a_forced_cluster_size_grows_when_the_row_needs_it(monkeypatch):
+    assert sc.cluster_config(65536, 2, True, cluster=4) == sc.ClusterConfig(4, 256, 8, True)
+    assert sc.cluster_config(262144, 2, True, cluster=2) == sc.ClusterConfig(4, 1024, 8, True)
+    monkeypatch.setattr(sc, "CLUSTER_SIZE", 8)
+    assert sc.cluster_config(65536, 2, True).cluster == 8
+
+
+def test_rows_wider_than_the_rung_are_refused_by_name():
+    rung = FAM.rung("cluster")
+    assert rung.refusal((4, 262144), {"dim": -1}) is None
+    why = rung.refusal((4, 262145), {"dim": -1})
+    assert why and "262145" in why and "cluster" in why
+    assert rung.refusal((262145, 4), {"dim": 0})
+
+
+def test_auto_never_picks_the_hopper_rung_off_hopper(monkeypatch):
+    monkeypatch.setattr(spec, "CLUSTER_AUTO", True)
+    assert spec.choose((4, 65536), {"dim": -1})[0] == "cluster"
+    if not runtime.is_hopper():
+        assert _validate.pick_rung(FAM, None, "cpu", (4, 65536), {"dim": -1}, torch.bfloat16).name == "split"
+
+
+CONFIGS = [(n, dt, v) for dt in (torch.bfloat16, torch.float16, torch.float32) for v in (True, False)
+           for n in (7, 4096, 32769, 65536, 262144) if not (v and n % (16 // dt.itemsize))]
+
+
+@pytest.mark.parametrize(("n", "dtype", "vector"), CONFIGS)
+def test_every_config_compiles_for_sm90_without_spills(n, dtype, vector):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    art = sc.artifact(n, dtype, vector)
+    rep = ki.analyze(ki.Artifact("softmax_cluster", art["cubin"], art["threads_per_block"]))
+    assert rep.registers <= 64, rep.registers  # the __launch_bounds__ budget: 2 CTAs of 512 an SM
+    assert rep.stack_bytes == 0 and rep.mix is not None and rep.mix.local_store_bytes == 0, "spills"
+    assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 2  # the two cluster barriers' waits
+
+
+# --- on a Hopper GPU ----------------------------------------------------------------------------------------------
+hopper = pytest.mark.skipif(not runtime.is_hopper(),
+                            reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
+
+
+def _check(x: torch.Tensor, dim: int = -1):
+    out = torch.full_like(x, float("nan"))  # poisoned: an element never written fails
+    sc.softmax_cluster(x, dim, out=out)
+    cmp = compare(out, torch.softmax(x.double(), dim), FAM.tolerances[x.dtype])
+    assert cmp.ok, f"{tuple(x.shape)} {x.dtype} dim={dim}: {cmp.reason}"
+    again = torch.full_like(x, float("nan"))
+    sc.softmax_cluster(x, dim, out=again)
+    bits = torch.int16 if x.element_size() == 2 else torch.int32
+    assert torch.equal(out.view(bits), again.view(bits)), "two runs differ: a race"
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("n", WIDTHS)
+def test_matches_float64_at_every_width(n, dtype):
+    rows = max(1, min(37, (1 << 22) // n))
+    x = torch.randn(rows, n, device="cuda", dtype=torch.float32).mul_(3).to(dtype)
+    _check(x)
+    if n >= 8:  # an unaligned row start: the one-element path
+        xs = torch.randn(rows, n + 1, device="cuda").to(dtype)[:, 1:]
+        assert not sc._aligned(xs.reshape(rows, n), xs.reshape(rows, n))
+        _check(xs)
+
+
+@pytest.mark.gpu
+@hopper
+def test_minus_infinity_rows_and_chunks():
+    x = torch.randn(6, 65536, device="cuda").to(torch.bfloat16)
+    x[0, 32768:] = float("-inf")   # the second CTA's chunk all -inf: it contributes 0
+    x[1, :32768] = float("-inf")   # the first CTA's
+    x[2, ::3] = float("-inf")
+    out = torch.full_like(x, float("nan"))
+    sc.softmax_cluster(x, -1, out=out)
+    ref = torch.softmax(x.double(), -1)
+    cmp = compare(out[:3], ref[:3], FAM.tolerances[torch.bfloat16])
+    assert cmp.ok, cmp.reason
+    assert torch.isfinite(out[3:]).all()
+
+
+@pytest.mark.gpu
+@hopper
+def test_other_dims_and_many_rows():
+    x = torch.randn(3, 65536, 5, device="cuda").to(torch.bfloat16)
+    _check(x, dim=1)
+    x = torch.randn(20000, 4096, device="cuda").to(torch.bfloat16)  # 20000 clusters of one CTA
+    _check(x)
