@@ -14,7 +14,7 @@
 //   3. thread 0 puts (m_c, s_c) in shared memory; barrier.cluster (arrive.release / wait.acquire) makes the
 //      CLUSTER words visible cluster-wide; every thread reads them all through DSMEM (mapa + ld.shared::cluster;
 //      a warp's 32 identical reads are one access) and merges: M = max m_c, S = sum s_c exp(m_c - M).
-//   4. arrive (relaxed) on a second cluster barrier: this CTA is done reading its partners' shared memory; write
+//   4. arrive (release) on a second cluster barrier: this CTA is done reading its partners' shared memory; write
 //      y = exp(x - M) / S from the registers; wait on that barrier before exiting, so no CTA's shared memory goes
 //      away while a partner may still read it.
 // Instead of the Triton split rung's 64-bit words in global memory and spinning loads, the partners meet at a
@@ -109,9 +109,6 @@ __device__ __forceinline__ unsigned cluster_rank() {
 }
 __device__ __forceinline__ void cluster_arrive_release() {
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -215,7 +212,10 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
 #pragma unroll
     for (int c = 0; c < CLUSTER; ++c)
         if (p[c].x != NEG_INF) S += p[c].y * ex2((p[c].x - M) * LOG2E);
-    cluster_arrive_relaxed();  // done with the partners' shared memory
+    // done with the partners' shared memory. Release, not relaxed: a relaxed arrive does not wait for the DSMEM
+    // loads above, so a partner could pass the final wait and exit while a load of its `part` is in flight (on
+    // the H200 that was an "unspecified launch failure" at clusters of 4-8 CTAs of 128-256 threads; run 51).
+    cluster_arrive_release();
 
     // 4. write y from the registers. M = -inf (a row of -inf) gives NaN, as the reference does.
     const float inv = 1.0f / S;
