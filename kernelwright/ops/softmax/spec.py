@@ -65,7 +65,9 @@ RUNGS = (
         "shared memory at one hardware cluster barrier instead of the split rung's global-memory words and spinning "
         "loads, and since a cluster's CTAs are co-scheduled there is no persistent grid: a CTA loads, reduces, "
         "trades, writes and exits, and the next cluster takes its place. Predicted: 3.7-3.9 TB/s at 4096x65536 (2 "
-        "CTAs of 512 threads a row) and 3.6-3.8 at 1024x262144 (8 CTAs), bf16, above split's 3.58 / 3.44.",
+        "CTAs of 512 threads a row) and 3.6-3.8 at 1024x262144 (8 CTAs), bf16, above split's 3.58 / 3.44. H200 "
+        "(run 51): 3.25 / 2.98 TB/s, below split (refuted: only 2 CTAs an SM, nothing in flight while they reduce "
+        "and wait; journal softmax.md, session 12).",
         needs="hopper", limit=_cuda_limit,
     ),
 )
