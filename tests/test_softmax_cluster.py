@@ -18,13 +18,16 @@ FAM = get_family("softmax")
 WIDTHS = [1, 7, 8, 31, 1000, 4097, 8192, 32768, 32769, 65536, 65537, 131072, 262143, 262144]
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["row-a-cluster", "persistent"])
 @pytest.mark.parametrize("elt", [2, 4])
 @pytest.mark.parametrize("vector", [True, False])
-def test_every_width_gets_a_cluster_that_covers_the_row(elt, vector):
+def test_every_width_gets_a_cluster_that_covers_the_row(elt, vector, persistent):
     for n in WIDTHS + list(range(1, 300, 7)):
         if vector and n % (16 // elt):
             continue
-        cfg = sc.cluster_config(n, elt, vector)
+        cfg = sc.cluster_config(n, elt, vector, persistent=persistent)
+        # the persistent form: 16-byte path only, and rows that 8 of its CTAs hold (fp32 to 131072 columns)
+        assert cfg.persistent == (persistent and vector and n * elt <= 8 * 1024 * 64), (n, cfg)
         assert 1 <= cfg.cluster <= sc.MAX_CLUSTER, (n, cfg)
         assert 32 <= cfg.threads <= sc.MAX_THREADS and cfg.threads & (cfg.threads - 1) == 0, (n, cfg)
         assert cfg.cluster * cfg.chunk(elt) >= n, (n, cfg)
@@ -34,6 +37,8 @@ def test_every_width_gets_a_cluster_that_covers_the_row(elt, vector):
     assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(8, 512, 8, True)
     assert sc.cluster_config(262144, 4, True) == sc.ClusterConfig(8, 1024, 8, True)
     assert sc.cluster_config(32769, 2, False) == sc.ClusterConfig(3, 512, 32, False)
+    assert sc.cluster_config(65536, 2, True, persistent=True) == sc.ClusterConfig(2, 1024, 4, True, sc.STAGES)
+    assert sc.cluster_config(262144, 2, True, persistent=True) == sc.ClusterConfig(8, 1024, 4, True, sc.STAGES)
     with pytest.raises(ValueError, match="n_cols"):
         sc.cluster_config(262145, 4, True)
 
@@ -76,9 +81,40 @@ def test_every_config_compiles_for_sm90_without_spills(n, dtype, vector):
     assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 2  # the two cluster barriers' waits
 
 
+@pytest.mark.parametrize(("n", "dtype"), [(65536, torch.bfloat16), (262144, torch.bfloat16),
+                                          (262144, torch.float16), (131072, torch.float32), (4096, torch.bfloat16)])
+def test_the_persistent_form_compiles_for_sm90_without_spills(n, dtype):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    art = sc.artifact(n, dtype, True, rows=4096, persistent=True)
+    assert art["config"].persistent and art["dynamic_smem"] == sc.stage_bytes(art["config"])
+    rep = ki.analyze(ki.Artifact("softmax_cluster", art["cubin"], art["threads_per_block"],
+                                 dynamic_smem=art["dynamic_smem"]))
+    assert rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, "spills"
+    assert rep.mix.opcodes.get("LDGSTS.E.BYPASS.128", 0) > 0  # the staging is cp.async, 16 bytes, L2 only
+    assert rep.occupancy.blocks_per_sm >= 1
+
+
+def test_resident_clusters_counts_what_an_sm_holds():
+    cfg = sc.ClusterConfig(8, 1024, 4, True, 2)  # 128 KB of stage, 64 registers: one CTA an SM
+    assert sc.resident_clusters(cfg, 64, 132) == 132 // 8
+    cfg = sc.ClusterConfig(2, 256, 4, True, 2)  # 32 KB of stage: 6 by shared memory, 8 by threads, 4 by registers
+    assert sc.resident_clusters(cfg, 64, 132) == 4 * 132 // 2
+    assert sc.resident_clusters(cfg, 32, 132) == 6 * 132 // 2
+    assert sc.resident_clusters(cfg, 255, 132) == 66  # registers: 65536 // (256 x 8 warps x 32) = 1 CTA an SM
+    assert sc.resident_clusters(sc.ClusterConfig(8, 1024, 4, True, 2), 64, 4) == 1  # never 0
+
+
 # --- on a Hopper GPU ----------------------------------------------------------------------------------------------
 hopper = pytest.mark.skipif(not runtime.is_hopper(),
                             reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
+
+
+@pytest.fixture(params=[False, True], ids=["row-a-cluster", "persistent"])
+def form(request, monkeypatch):
+    monkeypatch.setattr(sc, "PERSISTENT", request.param)
+    return request.param
 
 
 def _check(x: torch.Tensor, dim: int = -1):
@@ -96,7 +132,7 @@ def _check(x: torch.Tensor, dim: int = -1):
 @hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("n", WIDTHS)
-def test_matches_float64_at_every_width(n, dtype):
+def test_matches_float64_at_every_width(n, dtype, form):
     rows = max(1, min(37, (1 << 22) // n))
     x = torch.randn(rows, n, device="cuda", dtype=torch.float32).mul_(3).to(dtype)
     _check(x)
@@ -108,7 +144,7 @@ def test_matches_float64_at_every_width(n, dtype):
 
 @pytest.mark.gpu
 @hopper
-def test_minus_infinity_rows_and_chunks():
+def test_minus_infinity_rows_and_chunks(form):
     x = torch.randn(6, 65536, device="cuda").to(torch.bfloat16)
     x[0, 32768:] = float("-inf")   # the second CTA's chunk all -inf: it contributes 0
     x[1, :32768] = float("-inf")   # the first CTA's
@@ -123,7 +159,7 @@ def test_minus_infinity_rows_and_chunks():
 
 @pytest.mark.gpu
 @hopper
-def test_other_dims_and_many_rows():
+def test_other_dims_and_many_rows(form):
     x = torch.randn(3, 65536, 5, device="cuda").to(torch.bfloat16)
     _check(x, dim=1)
     x = torch.randn(20000, 4096, device="cuda").to(torch.bfloat16)  # 20000 clusters of one CTA

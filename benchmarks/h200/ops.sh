@@ -16,8 +16,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh paired     # layer norm backward: PAIRED_SUMS off / on
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh faststats  # the split forward: FAST_STATS off / on
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ncu        # why rms at 65536 loses with FAST_STATS: counters
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster    # softmax's CUDA C cluster rung (session 12) and the
-#                                                              # attention backward's new default configs
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster    # softmax's CUDA C cluster rung (session 12), both
+#                                                              # forms, stages and cluster sizes
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -39,24 +39,23 @@ step() { local t=$1; shift; echo "== $* (limit ${t}s)" | tee -a "$LOG"; local s=
 python3 -m kernelwright.cli roofline >> "$LOG" 2>&1
 case "${1:-fwd}" in
   cluster)
-    # session 12 (CPU only so far): the softmax cluster rung's GPU tests (its own, then the family fuzz), issue 2's
-    # four sizes against split, fused and torch; cluster sizes and vectors a thread forced at the two wide sizes;
-    # then the attention backward's fa2 rung on the new default configs (one GQA shape keeps the old dk/dv)
-    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_softmax_cluster.py
+    # session 12: the softmax cluster rung's GPU tests (both forms, then the family fuzz), issue 2's four sizes
+    # against split, fused and torch, then the persistent form (PERSISTENT, its STAGES) and forced cluster sizes at
+    # the two wide sizes. Run 51 ran the first version (one row a cluster; its barrier bug since fixed).
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_softmax_cluster.py
     step 60 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_ladders.py -k "softmax and cluster"
     grep -E "passed|failed" "$LOG" | tail -2
     SM="32768x4096,16384x8192,4096x65536,1024x262144"
     step 100 python3 -m kernelwright.cli bench softmax --dtypes bf16 --sizes "$SM" --variant cluster \
       --variant split --variant fused --variant torch --max-seconds 0.5
-    for sw in CLUSTER_SIZE=1 CLUSTER_SIZE=2 CLUSTER_SIZE=4 CLUSTER_SIZE=8 VECTORS_A_THREAD=4; do
-      step 30 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.softmax.cuda.$sw -- bench softmax \
-        --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+    for sw in "PERSISTENT=True" "PERSISTENT=True STAGES=1" "PERSISTENT=True STAGES=3" \
+              "PERSISTENT=True CLUSTER_SIZE=4" "CLUSTER_SIZE=4" "CLUSTER_SIZE=8"; do
+      args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
+      step 40 python3 benchmarks/experiments/switch_bench.py $args -- bench softmax --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
       echo "   ($sw)" | tee -a "$LOG"
     done
-    KW_AUTOTUNE=0 step 90 python3 -m kernelwright.cli bench attention_bwd --dtypes bf16 --variant fa2 \
-      --variant sdpa_flash --sizes 4x32x32x4096x4096x128,4x32x32x4096x4096x64:causal,2x32x8x4096x4096x128:causal \
-      --max-seconds 0.3
-    grep -E "│ softmax|│ attention_bwd|CLUSTER|VECTORS" "$LOG" | cut -c1-150
+    grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \

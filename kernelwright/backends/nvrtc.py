@@ -195,6 +195,12 @@ class CudaKernel:
             self._loaded[device] = (ctx, int(ctx), func)
             return self._loaded[device]
 
+    def num_regs(self, device: int) -> int:
+        """Registers a thread of the loaded function on CUDA device ``device`` (for occupancy arithmetic)."""
+        _, _, func = self._loaded.get(device) or self._load(device)
+        attr = _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS
+        return int(_check(f"cuFuncGetAttribute({self.name}, NUM_REGS)", _driver().cuFuncGetAttribute(attr, func)))
+
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0) -> None:
         """Launch on the current PyTorch stream of the device of the first tensor in ``args``.
 

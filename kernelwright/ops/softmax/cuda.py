@@ -31,6 +31,13 @@ MAX_THREADS_SPLIT = 512  # a CTA's size while the cluster can still grow (2 CTAs
 VECTORS_A_THREAD = 8  # 16-byte vectors a thread holds (32 registers); 32 elements on the unaligned path
 MAX_COLS = 262144  # 8 CTAs of 1024 threads x 32 elements (fp32, or the one-element path)
 CLUSTER_SIZE: int | None = None
+PERSISTENT = False
+"""Experiment switch, off until timed: launch only the clusters the GPU holds at once, each looping over rows with
+the next ``STAGES`` rows' chunks staged in shared memory by cp.async while this one is reduced, traded and written
+(16-byte path only). Run 51 read the one-row-a-cluster form's loss as nothing in flight while a CTA reduces and
+waits."""
+PERSISTENT_VECTORS = 4  # 16-byte vectors a thread in the persistent form: 64 registers at 1024 threads, no spills
+STAGES = 2  # rows staged ahead: 2 x 64 KB of shared memory a CTA at 262144 bf16 columns
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
@@ -40,6 +47,11 @@ class ClusterConfig:
     threads: int  # threads a CTA
     nv: int  # accesses a thread (16-byte vectors, or single elements when not vector)
     vector: bool
+    stages: int = 0  # the persistent form's rows staged ahead in shared memory; 0: one row a cluster
+
+    @property
+    def persistent(self) -> bool:
+        return self.stages > 0
 
     def per_thread(self, elt: int) -> int:
         return self.nv * (16 // elt if self.vector else 1)
@@ -53,19 +65,26 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def cluster_config(n_cols: int, elt: int, vector: bool, cluster: int | None = None) -> ClusterConfig:
-    """The launch shape for rows of ``n_cols`` elements of ``elt`` bytes (see the module docstring)."""
-    nv = VECTORS_A_THREAD if vector else 4 * VECTORS_A_THREAD
+def cluster_config(n_cols: int, elt: int, vector: bool, cluster: int | None = None,
+                   persistent: bool = False) -> ClusterConfig:
+    """The launch shape for rows of ``n_cols`` elements of ``elt`` bytes (see the module docstring); with
+    ``persistent`` (16-byte path only) the persistent form's: ``PERSISTENT_VECTORS`` vectors a thread and CTAs of
+    up to 1024 threads before the cluster grows (its staged rows need the registers a second CTA would take); rows
+    it cannot hold in 8 such CTAs (fp32 past 131072 columns) get the one-row-a-cluster form."""
+    persistent = persistent and vector
+    nv = (PERSISTENT_VECTORS if persistent else VECTORS_A_THREAD) if vector else 4 * VECTORS_A_THREAD
     per = nv * (16 // elt if vector else 1)
     need = -(-n_cols // per)  # threads for the whole row
-    c = cluster or CLUSTER_SIZE or -(-need // MAX_THREADS_SPLIT)
+    if persistent and need > MAX_CLUSTER * MAX_THREADS:  # (fp32 past 131072 columns) one row a cluster
+        return cluster_config(n_cols, elt, vector, cluster)
+    c = cluster or CLUSTER_SIZE or -(-need // (MAX_THREADS if persistent else MAX_THREADS_SPLIT))
     c = max(1, min(MAX_CLUSTER, int(c)))
     threads = min(MAX_THREADS, max(32, _pow2_at_least(-(-need // c))))
     c = max(c, -(-need // threads))  # a forced size too small for the row grows
     if c > MAX_CLUSTER:
         raise ValueError(f"n_cols: rows of {n_cols} columns need {c} CTAs of {threads} threads; the cluster rung "
                          f"takes at most {MAX_CLUSTER}")
-    return ClusterConfig(c, threads, nv, vector)
+    return ClusterConfig(c, threads, nv, vector, STAGES if persistent else 0)
 
 
 def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
@@ -77,13 +96,35 @@ def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
 
 def options(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CompileOptions:
     defines = {"DTYPE": _DTYPES[dtype], "VECTOR": int(cfg.vector), "NV": cfg.nv, "THREADS": cfg.threads,
-               "CLUSTER": cfg.cluster, "MIN_BLOCKS": max(1, MAX_THREADS // cfg.threads)}
+               # one-row-a-cluster: 64 registers whatever the CTA's size (2 CTAs of 512 an SM); the persistent
+               # form, whose shared memory bounds its CTAs an SM anyway, gets what it needs (64 at 1024 threads)
+               "CLUSTER": cfg.cluster, "MIN_BLOCKS": 1 if cfg.persistent else max(1, MAX_THREADS // cfg.threads),
+               "PERSISTENT": int(cfg.persistent), "STAGES": max(1, cfg.stages)}
     return nvrtc.CompileOptions(defines=tuple(f"{k}={v}" for k, v in defines.items()))
 
 
 @functools.cache
 def _kernel(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CudaKernel:
     return nvrtc.CudaKernel(SOURCE.read_text(), "softmax_cluster", options(cfg, dtype), what=str(SOURCE))
+
+
+def stage_bytes(cfg: ClusterConfig) -> int:
+    """The persistent form's dynamic shared memory: ``stages`` slots of 16 bytes per vector a CTA holds."""
+    return cfg.stages * cfg.threads * cfg.nv * 16
+
+
+def resident_clusters(cfg: ClusterConfig, regs: int, sms: int, regs_per_sm: int = 65536,
+                      threads_per_sm: int = 2048, smem_per_sm: int = 233472, static_smem: int = 1024) -> int:
+    """Clusters of ``cfg``'s persistent form that the GPU holds at once (at least 1), by the occupancy arithmetic
+    per SM (registers allocated per warp in units of 256, threads, shared memory: the stage plus ~1 KB static and
+    the 1 KB the driver reserves per CTA); a cluster's CTAs can land on different SMs of a GPC, so this is an
+    upper bound where GPCs fragment."""
+    warps = cfg.threads // 32
+    by_regs = regs_per_sm // (-(-max(regs, 1) * 32 // 256) * 256 * warps)
+    by_threads = threads_per_sm // cfg.threads
+    by_smem = smem_per_sm // (stage_bytes(cfg) + static_smem + 1024)
+    per_sm = max(0, min(by_regs, by_threads, by_smem, 32))
+    return max(1, per_sm * sms // cfg.cluster)
 
 
 def _aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
@@ -95,7 +136,7 @@ def _aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
 
 
 def plan(x2: torch.Tensor, y2: torch.Tensor) -> ClusterConfig:
-    return cluster_config(x2.shape[1], x2.element_size(), _aligned(x2, y2))
+    return cluster_config(x2.shape[1], x2.element_size(), _aligned(x2, y2), persistent=PERSISTENT)
 
 
 def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
@@ -106,17 +147,33 @@ def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
     if D > MAX_COLS:
         raise ValueError(f"x: rows of {D} columns exceed the cluster rung's {MAX_COLS}")
     cfg = plan(x2, y2)
+    args = (x2, y2, D, x2.stride(0), y2.stride(0), R)
+    if cfg.persistent:
+        kernel = _kernel(cfg, x2.dtype)
+        device = x2.device.index if x2.device.index is not None else torch.cuda.current_device()
+        key = (device, cfg, x2.dtype)
+        if key not in _resident:
+            props = torch.cuda.get_device_properties(device)
+            _resident[key] = resident_clusters(cfg, kernel.num_regs(device), props.multi_processor_count)
+        clusters = min(R, _resident[key])
+        kernel.launch((clusters * cfg.cluster,), (cfg.threads,), args, shared_mem=stage_bytes(cfg))
+        return
     grid = R * cfg.cluster
     if grid >= 2**31:
         raise ValueError(f"x: {R} rows x {cfg.cluster} CTAs exceed the grid's 2^31 - 1 blocks")
-    _kernel(cfg, x2.dtype).launch((grid,), (cfg.threads,), (x2, y2, D, x2.stride(0), y2.stride(0)))
+    _kernel(cfg, x2.dtype).launch((grid,), (cfg.threads,), args)
 
 
-def artifact(n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1) -> dict:
-    """What :func:`launch` would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed)."""
-    cfg = cluster_config(n_cols, torch.finfo(dtype).bits // 8, vector)
+_resident: dict[tuple, int] = {}  # (device, config, dtype) -> clusters of the persistent form resident at once
+
+
+def artifact(n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1, persistent: bool = False) -> dict:
+    """What :func:`launch` would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed; the persistent
+    form's grid is the H200's resident clusters at 64 registers)."""
+    cfg = cluster_config(n_cols, torch.finfo(dtype).bits // 8, vector, persistent=persistent)
+    grid = min(rows, resident_clusters(cfg, 64, 132)) * cfg.cluster if cfg.persistent else rows * cfg.cluster
     return {"kernel": "softmax_cluster", "cubin": _kernel(cfg, dtype).cubin, "threads_per_block": cfg.threads,
-            "dynamic_smem": 0, "grid": (rows * cfg.cluster, 1, 1), "config": cfg}
+            "dynamic_smem": stage_bytes(cfg) if cfg.persistent else 0, "grid": (grid, 1, 1), "config": cfg}
 
 
 def softmax_cluster(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:

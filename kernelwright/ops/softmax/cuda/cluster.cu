@@ -23,7 +23,9 @@
 //
 // Defines: DTYPE (0 fp32, 1 fp16, 2 bf16), VECTOR (1: 16-byte accesses, needs n_cols a multiple of VEC and
 // 16-byte-aligned rows; 0: one element an access), NV (accesses a thread), THREADS, CLUSTER (1..8),
-// MIN_BLOCKS (__launch_bounds__'s blocks an SM, i.e. a register budget). All arithmetic in fp32; exp(x - m) as
+// MIN_BLOCKS (__launch_bounds__'s blocks an SM, i.e. a register budget), PERSISTENT (0: one row a cluster, grid
+// rows x CLUSTER; 1: a grid of resident clusters looping over rows, the next STAGES rows staged in shared memory by
+// cp.async; VECTOR only). All arithmetic in fp32; exp(x - m) as
 // ex2((x - m) * log2 e), what Triton's tl.exp compiles to (the difference first: x * log2 e - m * log2 e would
 // carry an error proportional to |x|, 1e-3 relative at |x| ~ 1e4).
 
@@ -32,6 +34,12 @@
 #endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
+#endif
+#ifndef PERSISTENT
+#define PERSISTENT 0
+#endif
+#ifndef STAGES
+#define STAGES 2
 #endif
 
 #if DTYPE == 0
@@ -133,17 +141,131 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
-softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, int x_stride, int y_stride) {
-    __shared__ float red_max[NWARPS], red_sum[NWARPS];
-    __shared__ float2 part;  // this CTA's (max, sum), read by the whole cluster
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const unsigned rank = cluster_rank();
-    const long long row = blockIdx.x / CLUSTER;
-    const int base = (int)rank * CHUNK;
+// --- the four steps, shared by both launch forms ------------------------------------------------------------
+// 2. the chunk's max, then its sum of exp(x - max), each reduced over the CTA (warp shuffles, one word a warp
+//    through shared memory, one block barrier)
+__device__ __forceinline__ float chunk_max(const unsigned (&w)[NV][WORDS]) {
+    float m = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) m = fmaxf(m, elem(w[j][k], i));
+    return m;
+}
 
-    // 1. load the chunk: access j of thread t covers columns base + (j * THREADS + t) * VEC .. + VEC - 1
+__device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], float m, float* red_max,
+                                              float* red_sum) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    m = warp_max(m);
+    if (lane == 0) red_max[warp] = m;
+    __syncthreads();
+    m = red_max[0];
+#pragma unroll
+    for (int i = 1; i < NWARPS; ++i) m = fmaxf(m, red_max[i]);
+    // a chunk of nothing but -inf (past the row's end, or -inf inputs) has sum 0, not exp(-inf + inf) = NaN
+    const float m0 = m == NEG_INF ? 0.0f : m;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s += ex2((elem(w[j][k], i) - m0) * LOG2E);
+    s = warp_sum(s);
+    if (lane == 0) red_sum[warp] = s;
+    __syncthreads();
+    s = red_sum[0];
+#pragma unroll
+    for (int i = 1; i < NWARPS; ++i) s += red_sum[i];
+    return make_float2(m, s);
+}
+
+// 3. publish this CTA's (max, sum) in `slot`, meet the cluster at a barrier, read every CTA's slot: (M, 1 / S)
+__device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
+    if (threadIdx.x == 0) *slot = ms;
+    cluster_arrive_release();
+    cluster_wait();
+    float2 p[CLUSTER];
+    float M = NEG_INF;
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) {
+        p[c] = load_remote(slot, c);
+        M = fmaxf(M, p[c].x);
+    }
+    float S = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c)
+        if (p[c].x != NEG_INF) S += p[c].y * ex2((p[c].x - M) * LOG2E);
+    return make_float2(M, 1.0f / S);  // M = -inf (a row of -inf) gives NaN below, as the reference does
+}
+
+// 4. y = exp(x - M) / S from the registers
+__device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], float2 MS, void* y_, long long row,
+                                            int y_stride, int base, int n_cols) {
+    const int tid = threadIdx.x;
+#if VECTOR
+    uint4* yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)row * y_stride * EB);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + (j * THREADS + tid) * VEC;
+        unsigned o[WORDS];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            o[k] = 0;
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i)
+                o[k] |= to_bits(ex2((elem(w[j][k], i) - MS.x) * LOG2E) * MS.y) << (16 * i);
+        }
+        if (col < n_cols) yr[col / VEC] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+#else
+#if EB == 4
+    unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;
+#else
+    unsigned short* yr = static_cast<unsigned short*>(y_) + (size_t)row * y_stride;
+#endif
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + j * THREADS + tid;
+        if (col < n_cols) yr[col] = to_bits(ex2((elem(w[j][0], 0) - MS.x) * LOG2E) * MS.y);
+    }
+#endif
+}
+
+#if PERSISTENT
+static_assert(VECTOR, "the persistent form stages 16-byte vectors with cp.async");
+__device__ __forceinline__ void stage_row(uint4* stage, const void* x_, long long row, long long n_rows,
+                                          int x_stride, int base, int n_cols) {
+    // cp.async (16 bytes, L2 only) of this thread's vectors of `row` into its own slots of `stage`, then one
+    // commit (an empty group when row >= n_rows)
+    const unsigned char* xr = static_cast<const unsigned char*>(x_) + (size_t)row * x_stride * EB;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + (j * THREADS + threadIdx.x) * VEC;
+        if (row < n_rows && col < n_cols) {
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + j * THREADS + threadIdx.x);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(xr + (size_t)col * EB)
+                         : "memory");
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+#endif
+
+extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
+softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, int x_stride, int y_stride,
+                int n_rows) {
+    __shared__ float red_max[NWARPS], red_sum[NWARPS];
+    const int tid = threadIdx.x;
+    const int base = (int)cluster_rank() * CHUNK;
     unsigned w[NV][WORDS];
+#if !PERSISTENT
+    // one row a cluster: load, reduce, trade, store, exit
+    __shared__ float2 part;  // this CTA's (max, sum), read by the whole cluster
+    const long long row = blockIdx.x / CLUSTER;
+    // 1. load the chunk: access j of thread t covers columns base + (j * THREADS + t) * VEC .. + VEC - 1
 #if VECTOR
     const uint4* xr = reinterpret_cast<const uint4*>(
         static_cast<const unsigned char*>(x_) + (size_t)row * x_stride * EB);
@@ -166,90 +288,49 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
         w[j][0] = col < n_cols ? (unsigned)__ldg(xr + col) : NEG_INF_BITS;
     }
 #endif
-
-    // 2. the chunk's max, then its sum of exp(x - max)
-    float m = NEG_INF;
-#pragma unroll
-    for (int j = 0; j < NV; ++j)
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k)
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) m = fmaxf(m, elem(w[j][k], i));
-    m = warp_max(m);
-    if (lane == 0) red_max[warp] = m;
-    __syncthreads();
-    m = red_max[0];
-#pragma unroll
-    for (int i = 1; i < NWARPS; ++i) m = fmaxf(m, red_max[i]);
-    // a chunk of nothing but -inf (past the row's end, or -inf inputs) has sum 0, not exp(-inf + inf) = NaN
-    const float m0 = m == NEG_INF ? 0.0f : m;
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NV; ++j)
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k)
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) s += ex2((elem(w[j][k], i) - m0) * LOG2E);
-    s = warp_sum(s);
-    if (lane == 0) red_sum[warp] = s;
-    __syncthreads();
-    s = red_sum[0];
-#pragma unroll
-    for (int i = 1; i < NWARPS; ++i) s += red_sum[i];
-
-    // 3. trade the partials across the cluster
-    if (tid == 0) part = make_float2(m, s);
-    cluster_arrive_release();
-    cluster_wait();
-    float2 p[CLUSTER];
-    float M = NEG_INF;
-#pragma unroll
-    for (int c = 0; c < CLUSTER; ++c) {
-        p[c] = load_remote(&part, c);
-        M = fmaxf(M, p[c].x);
-    }
-    float S = 0.0f;
-#pragma unroll
-    for (int c = 0; c < CLUSTER; ++c)
-        if (p[c].x != NEG_INF) S += p[c].y * ex2((p[c].x - M) * LOG2E);
+    const float2 MS = trade(&part, block_stats(w, chunk_max(w), red_max, red_sum));
     // done with the partners' shared memory. Release, not relaxed: a relaxed arrive does not wait for the DSMEM
-    // loads above, so a partner could pass the final wait and exit while a load of its `part` is in flight (on
-    // the H200 that was an "unspecified launch failure" at clusters of 4-8 CTAs of 128-256 threads; run 51).
+    // loads in trade(), so a partner could pass the final wait and exit while a load of its `part` is in flight
+    // (on the H200 that was an "unspecified launch failure" at clusters of 4-8 CTAs of 128-256 threads; run 51).
     cluster_arrive_release();
-
-    // 4. write y from the registers. M = -inf (a row of -inf) gives NaN, as the reference does.
-    const float inv = 1.0f / S;
-#if VECTOR
-    uint4* yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)row * y_stride * EB);
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        const int col = base + (j * THREADS + tid) * VEC;
-        unsigned o[WORDS];
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            o[k] = 0;
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) {
-                const float v = elem(w[j][k], i);
-                const float r = ex2((v - M) * LOG2E) * inv;
-                o[k] |= to_bits(r) << (16 * i);
-            }
-        }
-        if (col < n_cols) yr[col / VEC] = make_uint4(o[0], o[1], o[2], o[3]);
-    }
-#else
-#if EB == 4
-    unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;
-#else
-    unsigned short* yr = static_cast<unsigned short*>(y_) + (size_t)row * y_stride;
-#endif
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        const int col = base + j * THREADS + tid;
-        const float v = elem(w[j][0], 0);
-        const float r = ex2((v - M) * LOG2E) * inv;
-        if (col < n_cols) yr[col] = to_bits(r);
-    }
-#endif
+    store_chunk(w, MS, y_, row, y_stride, base, n_cols);
     cluster_wait();  // partners may still be reading `part`
+#else
+    // persistent: cluster k takes rows k, k + G, k + 2G, ... (G clusters in the grid). The next row's chunk is
+    // staged in shared memory by cp.async while this one is reduced, traded and written, so a CTA has loads in
+    // flight through its barriers. Each thread reads back only the vectors it staged itself: waiting for its
+    // own copies (cp.async.wait_group) is all the synchronization the stage needs.
+    // STAGES buffers of NV * THREADS vectors; row k + s G goes to buffer s mod STAGES. One cp.async group is
+    // committed per row (empty past the last row), so "all but the newest STAGES - 1 groups done" means this
+    // row's copies are done.
+    extern __shared__ uint4 stage[];
+    __shared__ float2 part[2];  // (max, sum) by row parity: a slot is rewritten two rows later, after every
+                                // partner has passed the barrier of the row between (so read this one)
+    const int clusters = gridDim.x / CLUSTER;
+    long long row = blockIdx.x / CLUSTER;
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) stage_row(stage + s * NV * THREADS, x_, row + (long long)s * clusters,
+                                               n_rows, x_stride, base, n_cols);
+    for (int it = 0; row < n_rows; row += clusters, ++it) {
+        uint4* buf = stage + (it % STAGES) * NV * THREADS;
+        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+            const int col = base + (j * THREADS + tid) * VEC;
+            uint4 q = make_uint4(NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD);
+            if (col < n_cols) q = buf[j * THREADS + tid];
+            w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
+        }
+        const float m = chunk_max(w);
+        // m depends on every staged value this thread read: the copies issued next into the same buffer cannot
+        // overwrite a slot before its read
+        asm volatile("" ::"f"(m) : "memory");
+        stage_row(buf, x_, row + (long long)STAGES * clusters, n_rows, x_stride, base, n_cols);
+        const float2 MS = trade(&part[it & 1], block_stats(w, m, red_max, red_sum));
+        store_chunk(w, MS, y_, row, y_stride, base, n_cols);
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");  // (only empty groups can be left)
+    cluster_arrive_release();  // keep this CTA's `part` alive until every partner has read it
+    cluster_wait();
+#endif
 }
