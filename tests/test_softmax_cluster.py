@@ -164,3 +164,13 @@ def test_other_dims_and_many_rows(form):
     _check(x, dim=1)
     x = torch.randn(20000, 4096, device="cuda").to(torch.bfloat16)  # 20000 clusters of one CTA
     _check(x)
+
+
+def test_kw_inspect_gets_the_kernel_the_launcher_would_run(monkeypatch):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    (art,) = sc.inspect_artifacts((4096, 65536), torch.bfloat16)
+    assert (art.threads_per_block, art.grid, art.dynamic_smem) == (512, (8192, 1, 1), 0)
+    assert "2 CTAs a row" in art.note and art.cubin[:4] == b"\x7fELF"
+    monkeypatch.setattr(sc, "PERSISTENT", True)
+    (art,) = sc.inspect_artifacts((4096, 65536), torch.bfloat16)
+    assert art.dynamic_smem == 2 * 1024 * 4 * 16 and "persistent" in art.note

@@ -17,6 +17,7 @@ for ``benchmarks/experiments/switch_bench.py``) forces the cluster size where th
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,3 +181,18 @@ def softmax_cluster(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> tor
     from kernelwright.ops.softmax.triton import _launch_rows
 
     return _launch_rows(x, dim, out, launch)
+
+
+def inspect_artifacts(size: tuple[int, ...], dtype: torch.dtype) -> list:
+    """``kw inspect softmax --variant cluster``: the kernel the launcher would run for ``size`` (softmax over the
+    last dim, 16-byte path when the width allows it), in the form ``PERSISTENT`` selects."""
+    from kernelwright.harness.inspect import Artifact
+
+    n, rows = size[-1], max(1, math.prod(size[:-1]))
+    vector = n % (16 // (torch.finfo(dtype).bits // 8)) == 0
+    art = artifact(n, dtype, vector, rows=rows, persistent=PERSISTENT)
+    cfg = art["config"]
+    form = f"persistent, {cfg.stages} rows staged" if cfg.persistent else "one row a cluster"
+    return [Artifact(kernel=art["kernel"], cubin=art["cubin"], threads_per_block=art["threads_per_block"],
+                     dynamic_smem=art["dynamic_smem"], grid=art["grid"], source=str(SOURCE),
+                     note=f"NVRTC, sm_90; {cfg.cluster} CTAs a row x {cfg.threads} threads, {form}")]

@@ -68,7 +68,7 @@ RUNGS = (
         "CTAs of 512 threads a row) and 3.6-3.8 at 1024x262144 (8 CTAs), bf16, above split's 3.58 / 3.44. H200 "
         "(run 51): 3.25 / 2.98 TB/s, below split (refuted: only 2 CTAs an SM, nothing in flight while they reduce "
         "and wait; journal softmax.md, session 12).",
-        needs="hopper", limit=_cuda_limit,
+        needs="hopper", limit=_cuda_limit, artifacts="kernelwright.ops.softmax.cuda:inspect_artifacts",
     ),
 )
 
