@@ -93,6 +93,9 @@ def test_the_persistent_form_compiles_for_sm90_without_spills(n, dtype):
                                  dynamic_smem=art["dynamic_smem"]))
     assert rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, "spills"
     assert rep.mix.opcodes.get("LDGSTS.E.BYPASS.128", 0) > 0  # the staging is cp.async, 16 bytes, L2 only
+    # the row loop's trade fences only the CTA's own shared memory: the one GPU-level MEMBAR (which would wait for
+    # the previous row's stores) is the final keep-alive barrier's
+    assert rep.mix.opcodes.get("MEMBAR.ALL.GPU", 0) == 1 and rep.mix.opcodes.get("MEMBAR.ALL.CTA", 0) == 1
     assert rep.occupancy.blocks_per_sm >= 1
 
 

@@ -11,9 +11,10 @@
 //      columns past n_cols read as -inf (they add 0 to the sum and are not stored).
 //   2. the chunk's max m_c and sum s_c = sum exp(x - m_c): warp shuffles, then one word a warp through shared
 //      memory (two block barriers for the two reductions).
-//   3. thread 0 puts (m_c, s_c) in shared memory; barrier.cluster (arrive.release / wait.acquire) makes the
-//      CLUSTER words visible cluster-wide; every thread reads them all through DSMEM (mapa + ld.shared::cluster;
-//      a warp's 32 identical reads are one access) and merges: M = max m_c, S = sum s_c exp(m_c - M).
+//   3. thread 0 puts (m_c, s_c) in shared memory and fences it (a release restricted to its own shared memory);
+//      barrier.cluster (arrive / wait.acquire) makes the CLUSTER words visible cluster-wide; every thread reads
+//      them all through DSMEM (mapa + ld.shared::cluster; a warp's 32 identical reads are one access) and merges:
+//      M = max m_c, S = sum s_c exp(m_c - M).
 //   4. arrive (release) on a second cluster barrier: this CTA is done reading its partners' shared memory; write
 //      y = exp(x - M) / S from the registers; wait on that barrier before exiting, so no CTA's shared memory goes
 //      away while a partner may still read it.
@@ -118,6 +119,15 @@ __device__ __forceinline__ unsigned cluster_rank() {
 __device__ __forceinline__ void cluster_arrive_release() {
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void fence_release_own_shared() {
+    // orders this thread's earlier writes to its own CTA's shared memory before its next (relaxed) arrive, for
+    // readers in the cluster (PTX 8.6, sm_90): a CTA-level MEMBAR, where arrive.release is a GPU-level one that
+    // also waits for the thread's earlier global stores (the previous row's y, in the persistent form)
+    asm volatile("fence.release.sync_restrict::shared::cta.cluster;" ::: "memory");
+}
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
@@ -184,8 +194,11 @@ __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], fl
 
 // 3. publish this CTA's (max, sum) in `slot`, meet the cluster at a barrier, read every CTA's slot: (M, 1 / S)
 __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
-    if (threadIdx.x == 0) *slot = ms;
-    cluster_arrive_release();
+    if (threadIdx.x == 0) {
+        *slot = ms;
+        fence_release_own_shared();
+    }
+    cluster_arrive_relaxed();
     cluster_wait();
     float2 p[CLUSTER];
     float M = NEG_INF;
