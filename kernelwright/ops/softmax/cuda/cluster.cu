@@ -1,12 +1,12 @@
 // softmax rung `cluster` (Hopper, sm_90): a row split over the CTAs of one thread-block cluster, each holding its
 // chunk of the row in registers, the partial (max, sum) traded through distributed shared memory.
 //
-// y[r, :] = softmax(x[r, :]) over rows of n_cols columns; x and y have unit column
-// stride and row strides x_stride, y_stride (elements).
+// y[r, :] = softmax(x[r, :]) over rows of n_cols columns; x and y have unit column stride and row strides
+// x_stride, y_stride (elements).
 //
-// One cluster of CLUSTER CTAs per row (grid: rows x CLUSTER, cluster = consecutive blockIdx.x). The CTA of rank c
-// owns columns [c * CHUNK, (c + 1) * CHUNK), CHUNK = THREADS * NV * VEC, and keeps them as raw input words in
-// registers between its single read of x and its single write of y:
+// CLUSTER CTAs take a row (a cluster is CLUSTER consecutive blockIdx.x). The CTA of rank c owns columns
+// [c * CHUNK, (c + 1) * CHUNK), CHUNK = THREADS * NV * VEC, and keeps them as raw input words in registers between
+// its single read of x and its single write of y:
 //   1. load: NV vectors of VEC elements a thread (16 bytes each when VECTOR=1), coalesced across the CTA;
 //      columns past n_cols read as -inf (they add 0 to the sum and are not stored).
 //   2. the chunk's max m_c and sum s_c = sum exp(x - m_c): warp shuffles, then one word a warp through shared
@@ -15,20 +15,20 @@
 //      barrier.cluster (arrive / wait.acquire) makes the CLUSTER words visible cluster-wide; every thread reads
 //      them all through DSMEM (mapa + ld.shared::cluster; a warp's 32 identical reads are one access) and merges:
 //      M = max m_c, S = sum s_c exp(m_c - M).
-//   4. arrive (release) on a second cluster barrier: this CTA is done reading its partners' shared memory; write
-//      y = exp(x - M) / S from the registers; wait on that barrier before exiting, so no CTA's shared memory goes
-//      away while a partner may still read it.
-// Instead of the Triton split rung's 64-bit words in global memory and spinning loads, the partners meet at a
-// hardware barrier: the cluster's CTAs are co-scheduled by construction (one GPC), so nothing has to size a
-// persistent grid to keep a row's programs resident.
+//   4. y = exp(x - M) / S from the registers.
+// Two forms (PERSISTENT):
+//   0: one row a cluster, grid rows x CLUSTER. After step 3 a CTA arrives (release) on a second cluster barrier and
+//      waits on it after step 4, so no CTA exits (and frees its shared memory) while a partner may still read it.
+//      Instead of the Triton split rung's global-memory words and spinning loads, the partners meet at a hardware
+//      barrier; a cluster's CTAs are co-scheduled (one GPC), so no grid has to be sized to keep them resident.
+//   1: the clusters the GPU holds at once loop over rows, the next STAGES rows' chunks staged in shared memory by
+//      cp.async while the current one goes through steps 2-4 (16-byte path only); one keep-alive barrier at the end.
 //
 // Defines: DTYPE (0 fp32, 1 fp16, 2 bf16), VECTOR (1: 16-byte accesses, needs n_cols a multiple of VEC and
-// 16-byte-aligned rows; 0: one element an access), NV (accesses a thread), THREADS, CLUSTER (1..8),
-// MIN_BLOCKS (__launch_bounds__'s blocks an SM, i.e. a register budget), PERSISTENT (0: one row a cluster, grid
-// rows x CLUSTER; 1: a grid of resident clusters looping over rows, the next STAGES rows staged in shared memory by
-// cp.async; VECTOR only). All arithmetic in fp32; exp(x - m) as
-// ex2((x - m) * log2 e), what Triton's tl.exp compiles to (the difference first: x * log2 e - m * log2 e would
-// carry an error proportional to |x|, 1e-3 relative at |x| ~ 1e4).
+// 16-byte-aligned rows; 0: one element an access), NV (accesses a thread), THREADS, CLUSTER (1..8), MIN_BLOCKS
+// (__launch_bounds__'s blocks an SM, i.e. a register budget), PERSISTENT, STAGES. All arithmetic in fp32;
+// exp(x - m) as ex2((x - m) * log2 e), what Triton's tl.exp compiles to (the difference first: x * log2 e -
+// m * log2 e would carry an error proportional to |x|, 1e-3 relative at |x| ~ 1e4).
 
 #if !defined(DTYPE) || !defined(VECTOR) || !defined(NV) || !defined(THREADS) || !defined(CLUSTER)
 #error "compile with -DDTYPE= -DVECTOR= -DNV= -DTHREADS= -DCLUSTER="
