@@ -7,11 +7,12 @@ and launched on PyTorch's current stream.
 
 Configuration (:func:`cluster_config`): every thread keeps ``VECTORS_A_THREAD`` 16-byte vectors of its row chunk
 in registers (64 bf16/fp16 or 32 fp32 values; 32 single elements on the unaligned path), so a CTA of T threads
-holds T x that many columns. The cluster takes as many CTAs as rows of ``MAX_THREADS_SPLIT`` = 512 threads need (1 to 8,
-any count), then each CTA the power of two of threads its share needs (32 to 1024): bf16 65536 columns -> 2 CTAs x
-512 threads, 262144 -> 8 x 512; fp32 262144 -> 8 x 1024; a 32769-column bf16 row on the one-element path -> 3 x
-512. Wider rows are refused (:func:`limit`). ``CLUSTER_SIZE`` (a switch
-for ``benchmarks/experiments/switch_bench.py``) forces the cluster size where the row fits it.
+holds T x that many columns. The cluster takes as many CTAs as the row needs at ``MAX_THREADS_SPLIT`` = 512
+threads each (1 to 8, any count), then each CTA the power of two of threads its share needs (32 to 1024): bf16
+65536 columns -> 2 CTAs x 512 threads, 262144 -> 8 x 512; fp32 262144 -> 8 x 1024; a 32769-column bf16 row on the
+one-element path -> 3 x 512. Wider rows are refused (:func:`limit`). Switches for
+``benchmarks/experiments/switch_bench.py``: ``CLUSTER_SIZE`` forces the cluster size where the row fits it;
+``PERSISTENT`` selects the persistent form (``PERSISTENT_VECTORS`` vectors a thread, ``STAGES`` rows staged).
 """
 
 from __future__ import annotations
