@@ -65,15 +65,21 @@ def runs_on(backend: str, device_type: str) -> str | None:
     return None
 
 
+def _cannot_run(rung, device_type: str) -> str | None:
+    """Why ``rung`` cannot take tensors on ``device_type`` here (its backend, or a Hopper-only rung elsewhere)."""
+    why = runs_on(rung.backend, device_type)
+    if why is None and rung.needs == "hopper" and not runtime.is_hopper():
+        why = "needs a Hopper GPU (sm_90)"
+    return why
+
+
 def pick_rung(family, variant: str | None, device_type: str, size, kwargs, dtype=None):
     """The rung asked for (checked it can run here) or the family's choice for this case."""
     if variant is not None:
         if not isinstance(variant, str):
             raise UsageError(f"variant: expected a rung name (str) or None, got {type(variant).__name__}")
         rung = family.rung(variant)
-        why = runs_on(rung.backend, device_type)
-        if why is None and rung.needs == "hopper" and not runtime.is_hopper():
-            why = "needs a Hopper GPU (sm_90)"
+        why = _cannot_run(rung, device_type)
         if why:
             raise Unavailable(f"variant {variant!r}: {why}")
         limit = rung.refusal(size, kwargs, dtype)
@@ -83,8 +89,6 @@ def pick_rung(family, variant: str | None, device_type: str, size, kwargs, dtype
     names = family.preferred(size, kwargs)
     for name in names:
         rung = family.rung(name)
-        if rung.needs == "hopper" and not (device_type == "cuda" and runtime.is_hopper()):
-            continue
-        if runs_on(rung.backend, device_type) is None and not rung.refusal(size, kwargs, dtype):
+        if _cannot_run(rung, device_type) is None and not rung.refusal(size, kwargs, dtype):
             return rung
     raise Unavailable(f"{family.name}: no rung can take this input here")

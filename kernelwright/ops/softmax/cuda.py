@@ -115,17 +115,14 @@ def stage_bytes(cfg: ClusterConfig) -> int:
     return cfg.stages * cfg.threads * cfg.nv * 16
 
 
-def resident_clusters(cfg: ClusterConfig, regs: int, sms: int, regs_per_sm: int = 65536,
-                      threads_per_sm: int = 2048, smem_per_sm: int = 233472, static_smem: int = 1024) -> int:
-    """Clusters of ``cfg``'s persistent form that the GPU holds at once (at least 1), by the occupancy arithmetic
-    per SM (registers allocated per warp in units of 256, threads, shared memory: the stage plus ~1 KB static and
-    the 1 KB the driver reserves per CTA); a cluster's CTAs can land on different SMs of a GPC, so this is an
-    upper bound where GPCs fragment."""
-    warps = cfg.threads // 32
-    by_regs = regs_per_sm // (-(-max(regs, 1) * 32 // 256) * 256 * warps)
-    by_threads = threads_per_sm // cfg.threads
-    by_smem = smem_per_sm // (stage_bytes(cfg) + static_smem + 1024)
-    per_sm = max(0, min(by_regs, by_threads, by_smem, 32))
+def resident_clusters(cfg: ClusterConfig, regs: int, sms: int, static_smem: int = 1024) -> int:
+    """Clusters of ``cfg``'s persistent form that the GPU holds at once (at least 1): CUDA's occupancy arithmetic
+    (:func:`kernelwright.harness.inspect.occupancy`: registers, threads, the stage plus ``static_smem``, a bound on
+    the kernel's ~300 static bytes) times ``sms``, over the cluster size. A cluster's CTAs can land on different
+    SMs of a GPC, so this is an upper bound where GPCs fragment."""
+    from kernelwright.harness.inspect import occupancy
+
+    per_sm = occupancy(cfg.threads, regs, stage_bytes(cfg) + static_smem).blocks_per_sm
     return max(1, per_sm * sms // cfg.cluster)
 
 
@@ -139,6 +136,9 @@ def _aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
 
 def plan(x2: torch.Tensor, y2: torch.Tensor) -> ClusterConfig:
     return cluster_config(x2.shape[1], x2.element_size(), _aligned(x2, y2), persistent=PERSISTENT)
+
+
+_resident: dict[tuple, int] = {}  # (device, config, dtype) -> clusters of the persistent form resident at once
 
 
 def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
@@ -165,8 +165,6 @@ def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
         raise ValueError(f"x: {R} rows x {cfg.cluster} CTAs exceed the grid's 2^31 - 1 blocks")
     _kernel(cfg, x2.dtype).launch((grid,), (cfg.threads,), args)
 
-
-_resident: dict[tuple, int] = {}  # (device, config, dtype) -> clusters of the persistent form resident at once
 
 
 def artifact(n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1, persistent: bool = False) -> dict:
