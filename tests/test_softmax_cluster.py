@@ -99,6 +99,24 @@ def test_the_persistent_form_compiles_for_sm90_without_spills(n, dtype):
     assert rep.occupancy.blocks_per_sm >= 1
 
 
+def test_non_portable_clusters_take_16_ctas_set_at_launch(monkeypatch):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    monkeypatch.setattr(sc, "MAX_THREADS_SPLIT", 256)
+    assert sc.cluster_config(65536, 2, True) == sc.ClusterConfig(4, 256, 8, True)
+    assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(8, 512, 8, True)  # portable: 8 CTAs at most
+    monkeypatch.setattr(sc, "NONPORTABLE", True)
+    cfg = sc.cluster_config(262144, 2, True)
+    assert cfg == sc.ClusterConfig(16, 256, 8, True) and sc.launch_cluster(cfg) == 16
+    assert sc.launch_cluster(sc.cluster_config(65536, 2, True)) == 0  # portable sizes stay in the kernel
+    art = sc.artifact(262144, torch.bfloat16, True, rows=1024)
+    assert art["grid"] == (16 * 1024, 1, 1)
+    rep = ki.analyze(ki.Artifact("softmax_cluster", art["cubin"], art["threads_per_block"]))
+    assert rep.registers <= 64 and rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0
+    assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 2
+
+
 def test_resident_clusters_counts_what_an_sm_holds():
     cfg = sc.ClusterConfig(8, 1024, 4, True, 2)  # 128 KB of stage, 64 registers: one CTA an SM
     assert sc.resident_clusters(cfg, 64, 132) == 132 // 8
@@ -114,9 +132,15 @@ hopper = pytest.mark.skipif(not runtime.is_hopper(),
                             reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
 
 
-@pytest.fixture(params=[False, True], ids=["row-a-cluster", "persistent"])
+FORMS = {"row-a-cluster": {}, "persistent": {"PERSISTENT": True},
+         # CTAs of 256 threads while the cluster grows, and clusters to 16 (non-portable, set at launch)
+         "cta256-cluster16": {"MAX_THREADS_SPLIT": 256, "NONPORTABLE": True}}
+
+
+@pytest.fixture(params=list(FORMS))
 def form(request, monkeypatch):
-    monkeypatch.setattr(sc, "PERSISTENT", request.param)
+    for name, value in FORMS[request.param].items():
+        monkeypatch.setattr(sc, name, value)
     return request.param
 
 

@@ -18,6 +18,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ncu        # why rms at 65536 loses with FAST_STATS: counters
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster    # softmax's CUDA C cluster rung (session 12), both
 #                                                              # forms, stages and cluster sizes
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster2   # session 13: CTAs of 256, clusters of 16, the
+#                                                              # persistent form with the driver's residency
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -53,6 +55,28 @@ case "${1:-fwd}" in
       args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
       step 40 python3 benchmarks/experiments/switch_bench.py $args -- bench softmax --dtypes bf16 \
         --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+      echo "   ($sw)" | tee -a "$LOG"
+    done
+    grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150
+    ;;
+  cluster2)
+    # session 13, after run 52: the GPU tests of three forms (row a cluster, persistent, CTAs of 256 in clusters to
+    # 16 set at launch); the wide sizes under one switch set each; then issue 2's four sizes side by side (torch,
+    # fused, split, cluster) under the candidate defaults, each set in its own process
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_softmax_cluster.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    for sw in "MAX_THREADS_SPLIT=512" "MAX_THREADS_SPLIT=256" "MAX_THREADS_SPLIT=256 NONPORTABLE=True" \
+              "MAX_THREADS_SPLIT=128" "PERSISTENT=True"; do
+      args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
+      step 40 python3 benchmarks/experiments/switch_bench.py $args -- bench softmax --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+      echo "   ($sw)" | tee -a "$LOG"
+    done
+    SM="32768x4096,16384x8192,4096x65536,1024x262144"
+    for sw in "MAX_THREADS_SPLIT=256 NONPORTABLE=True" "PERSISTENT=True"; do
+      args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
+      step 100 python3 benchmarks/experiments/switch_bench.py $args -- bench softmax --dtypes bf16 --sizes "$SM" \
+        --variant cluster --variant split --variant fused --variant torch --max-seconds 0.5
       echo "   ($sw)" | tee -a "$LOG"
     done
     grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150

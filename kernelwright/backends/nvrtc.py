@@ -161,6 +161,7 @@ class CudaKernel:
         self._cubin: bytes | None = None
         self._loaded: dict[int, tuple[object, int, object]] = {}  # device -> (primary context, its handle, CUfunction)
         self._smem_limit: dict[int, int] = {}  # device index -> dynamic shared memory the function may use
+        self._nonportable: set[int] = set()  # devices where the function may take clusters past 8 CTAs
         self._lock = threading.Lock()
         self._launch_call = f"cuLaunchKernel({name})"
 
@@ -201,7 +202,58 @@ class CudaKernel:
         attr = _driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS
         return int(_check(f"cuFuncGetAttribute({self.name}, NUM_REGS)", _driver().cuFuncGetAttribute(attr, func)))
 
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0) -> None:
+    def _allow(self, device: int, func: object, shared_mem: int = 0, cluster: int = 0) -> None:
+        """Raise the function's dynamic shared memory limit to ``shared_mem`` and, for a cluster size past the
+        portable 8, allow non-portable sizes (once per device each; the primary context must be current)."""
+        drv = _drv
+        if shared_mem > self._smem_limit[device]:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(f"cuFuncSetAttribute({self.name}, MAX_DYNAMIC_SHARED_SIZE_BYTES={shared_mem})",
+                   drv.cuFuncSetAttribute(func, attr, shared_mem))
+            self._smem_limit[device] = shared_mem
+        if cluster > 8 and device not in self._nonportable:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            _check(f"cuFuncSetAttribute({self.name}, NON_PORTABLE_CLUSTER_SIZE_ALLOWED=1)",
+                   drv.cuFuncSetAttribute(func, attr, 1))
+            self._nonportable.add(device)
+
+    def _config(self, grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int, stream: int,
+                cluster: int) -> object:
+        """A ``CUlaunchConfig`` (for ``cuLaunchKernelEx`` and the cluster occupancy query); ``cluster`` > 0 sets
+        the cluster size at launch (kernels compiled without ``__cluster_dims__``)."""
+        drv = _drv
+        cfg = drv.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (*grid, 1, 1)[:3]
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (*block, 1, 1)[:3]
+        cfg.sharedMemBytes = shared_mem
+        cfg.hStream = drv.CUstream(stream)
+        if cluster:
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
+            cfg.attrs = [attr]
+            cfg.numAttrs = 1
+        return cfg
+
+    def max_active_clusters(self, device: int, block: int, cluster: int, shared_mem: int = 0,
+                            launch_cluster: bool = False) -> int:
+        """Clusters of ``cluster`` CTAs of ``block`` threads (``shared_mem`` dynamic bytes each) that CUDA device
+        ``device`` holds at once (``cuOccupancyMaxActiveClusters``: registers, shared memory and how the GPCs
+        split the SMs). ``launch_cluster``: the kernel takes its cluster size at launch (no
+        ``__cluster_dims__``)."""
+        ctx, _, func = self._loaded.get(device) or self._load(device)
+        drv = _driver()
+        _check("cuCtxPushCurrent", drv.cuCtxPushCurrent(ctx))
+        try:
+            self._allow(device, func, shared_mem, cluster if launch_cluster else 0)
+            cfg = self._config((cluster,), (block,), shared_mem, 0, cluster if launch_cluster else 0)
+            return int(_check(f"cuOccupancyMaxActiveClusters({self.name})",
+                              drv.cuOccupancyMaxActiveClusters(func, cfg)))
+        finally:
+            _check("cuCtxPopCurrent", drv.cuCtxPopCurrent())
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0,
+               cluster: int = 0) -> None:
         """Launch on the current PyTorch stream of the device of the first tensor in ``args``.
 
         Parameters
@@ -213,6 +265,9 @@ class CudaKernel:
             32-bit ``int``) and Python floats (as 32-bit ``float``).
         shared_mem : int
             Dynamic shared memory in bytes; above 48 KiB the function's limit is raised once per device.
+        cluster : int
+            The thread-block cluster size to launch with (``cuLaunchKernelEx``), for kernels compiled without
+            ``__cluster_dims__``; sizes past the portable 8 are allowed on the function first. 0: none set here.
         """
         import torch
 
@@ -248,13 +303,14 @@ class CudaKernel:
         if switch:
             _check("cuCtxPushCurrent", drv.cuCtxPushCurrent(ctx))
         try:
-            if shared_mem > self._smem_limit[device]:
-                attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                _check(f"cuFuncSetAttribute({self.name}, MAX_DYNAMIC_SHARED_SIZE_BYTES={shared_mem})",
-                       drv.cuFuncSetAttribute(func, attr, shared_mem))
-                self._smem_limit[device] = shared_mem
+            self._allow(device, func, shared_mem, cluster)
             params = (tuple(values), tuple(types))
-            _check(self._launch_call, drv.cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0))
+            if cluster:
+                cfg = self._config((gx, gy, gz), (bx, by, bz), shared_mem, stream, cluster)
+                _check(self._launch_call, drv.cuLaunchKernelEx(cfg, func, params, 0))
+            else:
+                _check(self._launch_call,
+                       drv.cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared_mem, stream, params, 0))
         finally:
             if switch:
                 _check("cuCtxPopCurrent", drv.cuCtxPopCurrent())

@@ -12,6 +12,7 @@ threads each (1 to 8, any count), then each CTA the power of two of threads its 
 65536 columns -> 2 CTAs x 512 threads, 262144 -> 8 x 512; fp32 262144 -> 8 x 1024; a 32769-column bf16 row on the
 one-element path -> 3 x 512. Wider rows are refused (:func:`limit`). Switches for
 ``benchmarks/experiments/switch_bench.py``: ``CLUSTER_SIZE`` forces the cluster size where the row fits it;
+``MAX_THREADS_SPLIT`` sets the CTA size while the cluster grows; ``NONPORTABLE`` allows clusters of 16 CTAs;
 ``PERSISTENT`` selects the persistent form (``PERSISTENT_VECTORS`` vectors a thread, ``STAGES`` rows staged).
 """
 
@@ -28,8 +29,14 @@ from kernelwright.backends import nvrtc
 
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_CLUSTER = 8  # portable cluster size on sm_90
+MAX_CLUSTER_NONPORTABLE = 16  # what H100/H200 allow once the function opts in (set at launch, cuLaunchKernelEx)
 MAX_THREADS = 1024
-MAX_THREADS_SPLIT = 512  # a CTA's size while the cluster can still grow (2 CTAs an SM at <= 64 registers)
+MAX_THREADS_SPLIT = 512
+"""A CTA's size while the cluster can still grow (2 CTAs an SM at <= 64 registers); a switch: 256 makes 4 CTAs an
+SM and twice the cluster."""
+NONPORTABLE = False
+"""Experiment switch, off until timed: clusters of up to ``MAX_CLUSTER_NONPORTABLE`` CTAs (so 1024 rows of 262144
+bf16 columns can take 16 CTAs of 256 threads)."""
 VECTORS_A_THREAD = 8  # 16-byte vectors a thread holds (32 registers); 32 elements on the unaligned path
 MAX_COLS = 262144  # 8 CTAs of 1024 threads x 32 elements (fp32, or the one-element path)
 CLUSTER_SIZE: int | None = None
@@ -80,12 +87,13 @@ def cluster_config(n_cols: int, elt: int, vector: bool, cluster: int | None = No
     if persistent and need > MAX_CLUSTER * MAX_THREADS:  # (fp32 past 131072 columns) one row a cluster
         return cluster_config(n_cols, elt, vector, cluster)
     c = cluster or CLUSTER_SIZE or -(-need // (MAX_THREADS if persistent else MAX_THREADS_SPLIT))
-    c = max(1, min(MAX_CLUSTER, int(c)))
+    cap = MAX_CLUSTER_NONPORTABLE if NONPORTABLE else MAX_CLUSTER
+    c = max(1, min(cap, int(c)))
     threads = min(MAX_THREADS, max(32, _pow2_at_least(-(-need // c))))
     c = max(c, -(-need // threads))  # a forced size too small for the row grows
-    if c > MAX_CLUSTER:
+    if c > cap:
         raise ValueError(f"n_cols: rows of {n_cols} columns need {c} CTAs of {threads} threads; the cluster rung "
-                         f"takes at most {MAX_CLUSTER}")
+                         f"takes at most {cap}")
     return ClusterConfig(c, threads, nv, vector, STAGES if persistent else 0)
 
 
@@ -115,11 +123,18 @@ def stage_bytes(cfg: ClusterConfig) -> int:
     return cfg.stages * cfg.threads * cfg.nv * 16
 
 
+def launch_cluster(cfg: ClusterConfig) -> int:
+    """The cluster size to set at launch: a non-portable one (past 8; the kernel is compiled without
+    ``__cluster_dims__`` then), else 0 (the kernel carries it)."""
+    return cfg.cluster if cfg.cluster > MAX_CLUSTER else 0
+
+
 def resident_clusters(cfg: ClusterConfig, regs: int, sms: int, static_smem: int = 1024) -> int:
-    """Clusters of ``cfg``'s persistent form that the GPU holds at once (at least 1): CUDA's occupancy arithmetic
+    """Clusters of ``cfg``'s persistent form that the GPU holds at once (at least 1) by CUDA's occupancy arithmetic
     (:func:`kernelwright.harness.inspect.occupancy`: registers, threads, the stage plus ``static_smem``, a bound on
-    the kernel's ~300 static bytes) times ``sms``, over the cluster size. A cluster's CTAs can land on different
-    SMs of a GPC, so this is an upper bound where GPCs fragment."""
+    the kernel's ~300 static bytes) times ``sms``, over the cluster size: an upper bound, since a cluster's CTAs
+    share one GPC and GPCs fragment (:func:`launch` asks the driver instead; this is for ``kw inspect`` off the
+    GPU)."""
     from kernelwright.harness.inspect import occupancy
 
     per_sm = occupancy(cfg.threads, regs, stage_bytes(cfg) + static_smem).blocks_per_sm
@@ -155,15 +170,18 @@ def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
         device = x2.device.index if x2.device.index is not None else torch.cuda.current_device()
         key = (device, cfg, x2.dtype)
         if key not in _resident:
-            props = torch.cuda.get_device_properties(device)
-            _resident[key] = resident_clusters(cfg, kernel.num_regs(device), props.multi_processor_count)
+            # the driver's count knows how the GPCs split the SMs (run 52: the arithmetic's 16 clusters of 8 at
+            # 262144 bf16 columns ran as two waves, 1.6 TB/s)
+            _resident[key] = max(1, kernel.max_active_clusters(device, cfg.threads, cfg.cluster, stage_bytes(cfg),
+                                                               launch_cluster=bool(launch_cluster(cfg))))
         clusters = min(R, _resident[key])
-        kernel.launch((clusters * cfg.cluster,), (cfg.threads,), args, shared_mem=stage_bytes(cfg))
+        kernel.launch((clusters * cfg.cluster,), (cfg.threads,), args, shared_mem=stage_bytes(cfg),
+                      cluster=launch_cluster(cfg))
         return
     grid = R * cfg.cluster
     if grid >= 2**31:
         raise ValueError(f"x: {R} rows x {cfg.cluster} CTAs exceed the grid's 2^31 - 1 blocks")
-    _kernel(cfg, x2.dtype).launch((grid,), (cfg.threads,), args)
+    _kernel(cfg, x2.dtype).launch((grid,), (cfg.threads,), args, cluster=launch_cluster(cfg))
 
 
 

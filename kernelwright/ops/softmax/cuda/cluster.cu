@@ -4,17 +4,16 @@
 // y[r, :] = softmax(x[r, :]) over rows of n_cols columns; x and y have unit column stride and row strides
 // x_stride, y_stride (elements).
 //
-// CLUSTER CTAs take a row (a cluster is CLUSTER consecutive blockIdx.x). The CTA of rank c owns columns
-// [c * CHUNK, (c + 1) * CHUNK), CHUNK = THREADS * NV * VEC, and keeps them as raw input words in registers between
-// its single read of x and its single write of y:
+// CLUSTER CTAs take a row (a cluster is CLUSTER consecutive blockIdx.x; a non-portable size past 8 is set by the
+// launcher). The CTA of rank c owns columns [c * CHUNK, (c + 1) * CHUNK), CHUNK = THREADS * NV * VEC, and keeps
+// them as raw input words in registers between its single read of x and its single write of y:
 //   1. load: NV vectors of VEC elements a thread (16 bytes each when VECTOR=1), coalesced across the CTA;
 //      columns past n_cols read as -inf (they add 0 to the sum and are not stored).
 //   2. the chunk's max m_c and sum s_c = sum exp(x - m_c): warp shuffles, then one word a warp through shared
 //      memory (two block barriers for the two reductions).
 //   3. thread 0 puts (m_c, s_c) in shared memory and fences it (a release restricted to its own shared memory);
-//      barrier.cluster (arrive / wait.acquire) makes the CLUSTER words visible cluster-wide; every thread reads
-//      them all through DSMEM (mapa + ld.shared::cluster; a warp's 32 identical reads are one access) and merges:
-//      M = max m_c, S = sum s_c exp(m_c - M).
+//      barrier.cluster (arrive / wait.acquire) makes the CLUSTER words visible cluster-wide; they are read through
+//      DSMEM (mapa + ld.shared::cluster; see trade()) and merged: M = max m_c, S = sum s_c exp(m_c - M).
 //   4. y = exp(x - M) / S from the registers.
 // Two forms (PERSISTENT):
 //   0: one row a cluster, grid rows x CLUSTER. After step 3 a CTA arrives (release) on a second cluster barrier and
@@ -25,7 +24,7 @@
 //      cp.async while the current one goes through steps 2-4 (16-byte path only); one keep-alive barrier at the end.
 //
 // Defines: DTYPE (0 fp32, 1 fp16, 2 bf16), VECTOR (1: 16-byte accesses, needs n_cols a multiple of VEC and
-// 16-byte-aligned rows; 0: one element an access), NV (accesses a thread), THREADS, CLUSTER (1..8), MIN_BLOCKS
+// 16-byte-aligned rows; 0: one element an access), NV (accesses a thread), THREADS, CLUSTER (1..16), MIN_BLOCKS
 // (__launch_bounds__'s blocks an SM, i.e. a register budget), PERSISTENT, STAGES. All arithmetic in fp32;
 // exp(x - m) as ex2((x - m) * log2 e), what Triton's tl.exp compiles to (the difference first: x * log2 e -
 // m * log2 e would carry an error proportional to |x|, 1e-3 relative at |x| ~ 1e4).
@@ -62,7 +61,7 @@
 #define NWARPS (THREADS / 32)
 #define CHUNK (THREADS * NV * VEC)
 static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
-static_assert(CLUSTER >= 1 && CLUSTER <= 8, "portable cluster sizes");
+static_assert(CLUSTER >= 1 && CLUSTER <= 16, "cluster sizes to 16 (past 8: non-portable, set at launch)");
 
 #define LOG2E 1.4426950408889634f
 #define NEG_INF (__int_as_float(0xff800000))
@@ -192,7 +191,10 @@ __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], fl
     return make_float2(m, s);
 }
 
-// 3. publish this CTA's (max, sum) in `slot`, meet the cluster at a barrier, read every CTA's slot: (M, 1 / S)
+// 3. publish this CTA's (max, sum) in `slot`, meet the cluster at a barrier, read every CTA's slot: (M, 1 / S).
+//    To 8 CTAs every thread reads all the slots (a warp's 32 identical reads are one access); past 8, lane c of
+//    every warp reads CTA c's and the warp merges them with shuffles, so the registers stay those of 8 (the
+//    shuffles cost the persistent form, at its 64-register budget, a 24-byte spill: hence not everywhere).
 __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
     if (threadIdx.x == 0) {
         *slot = ms;
@@ -200,6 +202,7 @@ __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
     }
     cluster_arrive_relaxed();
     cluster_wait();
+#if CLUSTER <= 8
     float2 p[CLUSTER];
     float M = NEG_INF;
 #pragma unroll
@@ -211,6 +214,13 @@ __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
 #pragma unroll
     for (int c = 0; c < CLUSTER; ++c)
         if (p[c].x != NEG_INF) S += p[c].y * ex2((p[c].x - M) * LOG2E);
+#else
+    const unsigned lane = threadIdx.x & 31;
+    const float2 p = lane < CLUSTER ? load_remote(slot, lane) : make_float2(NEG_INF, 0.0f);
+    const float M = warp_max(p.x);
+    // a CTA wholly past the row's end (or of -inf inputs) has (-inf, 0): it adds 0, not 0 * exp(NaN)
+    const float S = warp_sum(p.x != NEG_INF ? p.y * ex2((p.x - M) * LOG2E) : 0.0f);
+#endif
     return make_float2(M, 1.0f / S);  // M = -inf (a row of -inf) gives NaN below, as the reference does
 }
 
@@ -267,7 +277,12 @@ __device__ __forceinline__ void stage_row(uint4* stage, const void* x_, long lon
 }
 #endif
 
-extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, MIN_BLOCKS)
+#if CLUSTER <= 8
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else  // a non-portable size: the launcher sets it (cuLaunchKernelEx) after allowing it on the function
+#define CLUSTER_DIMS
+#endif
+extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, MIN_BLOCKS)
 softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, int x_stride, int y_stride,
                 int n_rows) {
     __shared__ float red_max[NWARPS], red_sum[NWARPS];
