@@ -117,6 +117,23 @@ def test_non_portable_clusters_take_16_ctas_set_at_launch(monkeypatch):
     assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 2
 
 
+@pytest.mark.parametrize("switches", [{"HINTS": True}, {"VECTORS_A_THREAD": 16, "SM_THREADS": 512, "HINTS": True}])
+def test_the_switched_one_row_forms_compile_without_spills(monkeypatch, switches):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    monkeypatch.setattr(sc, "MAX_THREADS_SPLIT", 256)
+    monkeypatch.setattr(sc, "NONPORTABLE", True)
+    for name, value in switches.items():
+        monkeypatch.setattr(sc, name, value)
+    art = sc.artifact(262144, torch.bfloat16, True, rows=8)
+    rep = ki.analyze(ki.Artifact("softmax_cluster", art["cubin"], art["threads_per_block"]))
+    assert rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0
+    assert rep.registers <= 65536 // sc.SM_THREADS
+    assert rep.mix.opcodes.get("LDG.E.NA.128.CONSTANT", 0) == art["config"].nv  # L1 no-allocate loads
+    assert rep.mix.opcodes.get("STG.E.EF.128", 0) == art["config"].nv  # streaming (evict-first) stores
+
+
 def test_resident_clusters_counts_what_an_sm_holds():
     cfg = sc.ClusterConfig(8, 1024, 4, True, 2)  # 128 KB of stage, 64 registers: one CTA an SM
     assert sc.resident_clusters(cfg, 64, 132) == 132 // 8
@@ -134,7 +151,11 @@ hopper = pytest.mark.skipif(not runtime.is_hopper(),
 
 FORMS = {"row-a-cluster": {}, "persistent": {"PERSISTENT": True},
          # CTAs of 256 threads while the cluster grows, and clusters to 16 (non-portable, set at launch)
-         "cta256-cluster16": {"MAX_THREADS_SPLIT": 256, "NONPORTABLE": True}}
+         "cta256-cluster16": {"MAX_THREADS_SPLIT": 256, "NONPORTABLE": True},
+         # streaming cache hints; 16 vectors a thread at 128 registers in CTAs of 128
+         "cta256-cluster16-hints": {"MAX_THREADS_SPLIT": 256, "NONPORTABLE": True, "HINTS": True},
+         "v16-cta128-cluster16-hints": {"VECTORS_A_THREAD": 16, "SM_THREADS": 512, "MAX_THREADS_SPLIT": 128,
+                                        "NONPORTABLE": True, "HINTS": True}}
 
 
 @pytest.fixture(params=list(FORMS))

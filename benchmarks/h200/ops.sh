@@ -20,6 +20,7 @@
 #                                                              # forms, stages and cluster sizes
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster2   # session 13: CTAs of 256, clusters of 16, the
 #                                                              # persistent form with the driver's residency
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster3   # session 14: cache hints, 16 vectors a thread
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -74,6 +75,29 @@ case "${1:-fwd}" in
     done
     SM="32768x4096,16384x8192,4096x65536,1024x262144"
     for sw in "MAX_THREADS_SPLIT=256 NONPORTABLE=True" "PERSISTENT=True"; do
+      args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
+      step 100 python3 benchmarks/experiments/switch_bench.py $args -- bench softmax --dtypes bf16 --sizes "$SM" \
+        --variant cluster --variant split --variant fused --variant torch --max-seconds 0.5
+      echo "   ($sw)" | tee -a "$LOG"
+    done
+    grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150
+    ;;
+  cluster3)
+    # session 14, after run 53 (16 x 256 at 262144: 3.52): GPU tests of five forms; streaming cache hints (HINTS)
+    # and 16 vectors a thread at 128 registers (VECTORS_A_THREAD=16 SM_THREADS=512) at the wide sizes, one switch
+    # set a process; then issue 2's four sizes side by side under the three likeliest sets
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_softmax_cluster.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    B="MAX_THREADS_SPLIT=256 NONPORTABLE=True"; V="VECTORS_A_THREAD=16 SM_THREADS=512"
+    for sw in "$B" "$B HINTS=True" "$V MAX_THREADS_SPLIT=256" "$V MAX_THREADS_SPLIT=256 HINTS=True" \
+              "$V MAX_THREADS_SPLIT=128 NONPORTABLE=True" "$V MAX_THREADS_SPLIT=128 NONPORTABLE=True HINTS=True"; do
+      args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
+      step 40 python3 benchmarks/experiments/switch_bench.py $args -- bench softmax --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+      echo "   ($sw)" | tee -a "$LOG"
+    done
+    SM="32768x4096,16384x8192,4096x65536,1024x262144"
+    for sw in "$B HINTS=True" "$V MAX_THREADS_SPLIT=256 HINTS=True" "$V MAX_THREADS_SPLIT=128 NONPORTABLE=True HINTS=True"; do
       args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
       step 100 python3 benchmarks/experiments/switch_bench.py $args -- bench softmax --dtypes bf16 --sizes "$SM" \
         --variant cluster --variant split --variant fused --variant torch --max-seconds 0.5

@@ -34,6 +34,12 @@ MAX_THREADS = 1024
 MAX_THREADS_SPLIT = 512
 """A CTA's size while the cluster can still grow (2 CTAs an SM at <= 64 registers); a switch: 256 makes 4 CTAs an
 SM and twice the cluster."""
+SM_THREADS = 1024
+"""Threads an SM holds of the one-row form (sets ``MIN_BLOCKS``, so registers <= 65536 / SM_THREADS); a switch:
+512 gives a thread 128 registers, room for 16 vectors."""
+HINTS = False
+"""Experiment switch: streaming cache hints on the one-row form's 16-byte path (loads L1::no_allocate and
+L2 evict_first, stores .cs), as the Triton split rung takes past 131072 columns."""
 NONPORTABLE = False
 """Experiment switch, off until timed: clusters of up to ``MAX_CLUSTER_NONPORTABLE`` CTAs (so 1024 rows of 262144
 bf16 columns can take 16 CTAs of 256 threads)."""
@@ -108,14 +114,18 @@ def options(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CompileOptions:
     defines = {"DTYPE": _DTYPES[dtype], "VECTOR": int(cfg.vector), "NV": cfg.nv, "THREADS": cfg.threads,
                # one-row-a-cluster: 64 registers whatever the CTA's size (2 CTAs of 512 an SM); the persistent
                # form, whose shared memory bounds its CTAs an SM anyway, gets what it needs (64 at 1024 threads)
-               "CLUSTER": cfg.cluster, "MIN_BLOCKS": 1 if cfg.persistent else max(1, MAX_THREADS // cfg.threads),
-               "PERSISTENT": int(cfg.persistent), "STAGES": max(1, cfg.stages)}
+               "CLUSTER": cfg.cluster, "MIN_BLOCKS": 1 if cfg.persistent else max(1, SM_THREADS // cfg.threads),
+               "PERSISTENT": int(cfg.persistent), "STAGES": max(1, cfg.stages), "HINTS": int(HINTS)}
     return nvrtc.CompileOptions(defines=tuple(f"{k}={v}" for k, v in defines.items()))
 
 
-@functools.cache
 def _kernel(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CudaKernel:
-    return nvrtc.CudaKernel(SOURCE.read_text(), "softmax_cluster", options(cfg, dtype), what=str(SOURCE))
+    return _compiled(options(cfg, dtype))  # keyed by every define, so a switch flipped mid-process takes effect
+
+
+@functools.cache
+def _compiled(opts: nvrtc.CompileOptions) -> nvrtc.CudaKernel:
+    return nvrtc.CudaKernel(SOURCE.read_text(), "softmax_cluster", opts, what=str(SOURCE))
 
 
 def stage_bytes(cfg: ClusterConfig) -> int:

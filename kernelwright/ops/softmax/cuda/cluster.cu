@@ -25,7 +25,8 @@
 //
 // Defines: DTYPE (0 fp32, 1 fp16, 2 bf16), VECTOR (1: 16-byte accesses, needs n_cols a multiple of VEC and
 // 16-byte-aligned rows; 0: one element an access), NV (accesses a thread), THREADS, CLUSTER (1..16), MIN_BLOCKS
-// (__launch_bounds__'s blocks an SM, i.e. a register budget), PERSISTENT, STAGES. All arithmetic in fp32;
+// (__launch_bounds__'s blocks an SM, i.e. a register budget), PERSISTENT, STAGES, HINTS (1: the one-row form's
+// 16-byte loads skip L1 and are first out of L2, its stores are streaming, .cs). All arithmetic in fp32;
 // exp(x - m) as ex2((x - m) * log2 e), what Triton's tl.exp compiles to (the difference first: x * log2 e -
 // m * log2 e would carry an error proportional to |x|, 1e-3 relative at |x| ~ 1e4).
 
@@ -40,6 +41,9 @@
 #endif
 #ifndef STAGES
 #define STAGES 2
+#endif
+#ifndef HINTS
+#define HINTS 0
 #endif
 
 #if DTYPE == 0
@@ -224,6 +228,26 @@ __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
     return make_float2(M, 1.0f / S);  // M = -inf (a row of -inf) gives NaN below, as the reference does
 }
 
+// x and y are each touched once: with HINTS, keep them out of L1 and first out of L2
+__device__ __forceinline__ uint4 load_vector(const uint4* p) {
+#if HINTS
+    uint4 q;
+    asm volatile("{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+                 "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol;\n\t}"
+                 : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(p));
+    return q;
+#else
+    return __ldg(p);
+#endif
+}
+__device__ __forceinline__ void store_vector(uint4* p, uint4 v) {
+#if HINTS
+    __stcs(p, v);
+#else
+    *p = v;
+#endif
+}
+
 // 4. y = exp(x - M) / S from the registers
 __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], float2 MS, void* y_, long long row,
                                             int y_stride, int base, int n_cols) {
@@ -241,7 +265,7 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], floa
             for (int i = 0; i < PER_WORD; ++i)
                 o[k] |= to_bits(ex2((elem(w[j][k], i) - MS.x) * LOG2E) * MS.y) << (16 * i);
         }
-        if (col < n_cols) yr[col / VEC] = make_uint4(o[0], o[1], o[2], o[3]);
+        if (col < n_cols) store_vector(yr + col / VEC, make_uint4(o[0], o[1], o[2], o[3]));
     }
 #else
 #if EB == 4
@@ -301,7 +325,7 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
     for (int j = 0; j < NV; ++j) {
         const int col = base + (j * THREADS + tid) * VEC;
         uint4 q = make_uint4(NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD);
-        if (col < n_cols) q = __ldg(xr + col / VEC);  // n_cols is a multiple of VEC: the whole vector is in
+        if (col < n_cols) q = load_vector(xr + col / VEC);  // n_cols is a multiple of VEC: the whole vector is in
         w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
     }
 #else
