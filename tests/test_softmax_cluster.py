@@ -28,24 +28,27 @@ def test_every_width_gets_a_cluster_that_covers_the_row(elt, vector, persistent)
         cfg = sc.cluster_config(n, elt, vector, persistent=persistent)
         # the persistent form: 16-byte path only, and rows that 8 of its CTAs hold (fp32 to 131072 columns)
         assert cfg.persistent == (persistent and vector and n * elt <= 8 * 1024 * 64), (n, cfg)
-        assert 1 <= cfg.cluster <= sc.MAX_CLUSTER, (n, cfg)
+        assert 1 <= cfg.cluster <= sc.MAX_CLUSTER_NONPORTABLE, (n, cfg)
         assert 32 <= cfg.threads <= sc.MAX_THREADS and cfg.threads & (cfg.threads - 1) == 0, (n, cfg)
         assert cfg.cluster * cfg.chunk(elt) >= n, (n, cfg)
         # no CTA is wholly past the row's end unless the row is narrower than one warp's share
         assert (cfg.cluster - 1) * cfg.chunk(elt) < n, (n, cfg)
-    assert sc.cluster_config(65536, 2, True) == sc.ClusterConfig(2, 512, 8, True)
-    assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(8, 512, 8, True)
-    assert sc.cluster_config(262144, 4, True) == sc.ClusterConfig(8, 1024, 8, True)
-    assert sc.cluster_config(32769, 2, False) == sc.ClusterConfig(3, 512, 32, False)
+    assert sc.cluster_config(65536, 2, True) == sc.ClusterConfig(4, 256, 8, True)
+    assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(16, 256, 8, True)
+    assert sc.cluster_config(262144, 2, True, nonportable=False) == sc.ClusterConfig(8, 512, 8, True)
+    assert sc.cluster_config(262144, 4, True) == sc.ClusterConfig(16, 512, 8, True)
+    assert sc.cluster_config(262144, 4, True, nonportable=False) == sc.ClusterConfig(8, 1024, 8, True)
+    assert sc.cluster_config(32769, 2, False) == sc.ClusterConfig(5, 256, 32, False)
     assert sc.cluster_config(65536, 2, True, persistent=True) == sc.ClusterConfig(2, 1024, 4, True, sc.STAGES)
     assert sc.cluster_config(262144, 2, True, persistent=True) == sc.ClusterConfig(8, 1024, 4, True, sc.STAGES)
     with pytest.raises(ValueError, match="n_cols"):
-        sc.cluster_config(262145, 4, True)
+        sc.cluster_config(262145, 4, True, nonportable=False)  # 8 x 1024 threads x 32 fp32 values hold 262144
 
 
 def test_a_forced_cluster_size_grows_when_the_row_needs_it(monkeypatch):
     assert sc.cluster_config(65536, 2, True, cluster=4) == sc.ClusterConfig(4, 256, 8, True)
     assert sc.cluster_config(262144, 2, True, cluster=2) == sc.ClusterConfig(4, 1024, 8, True)
+    assert sc.cluster_config(65536, 2, True, cluster=2) == sc.ClusterConfig(2, 512, 8, True)
     monkeypatch.setattr(sc, "CLUSTER_SIZE", 8)
     assert sc.cluster_config(65536, 2, True).cluster == 8
 
@@ -59,8 +62,11 @@ def test_rows_wider_than_the_rung_are_refused_by_name():
 
 
 def test_auto_never_picks_the_hopper_rung_off_hopper(monkeypatch):
-    monkeypatch.setattr(spec, "CLUSTER_AUTO", True)
     assert spec.choose((4, 65536), {"dim": -1})[0] == "cluster"
+    assert spec.choose((4, 65537), {"dim": -1})[0] == "split"  # not timed on the one-element path
+    assert spec.choose((4, 4096), {"dim": -1})[0] == "fused"
+    monkeypatch.setattr(spec, "CLUSTER_AUTO", False)
+    assert spec.choose((4, 65536), {"dim": -1})[0] == "split"
     if not runtime.is_hopper():
         assert _validate.pick_rung(FAM, None, "cpu", (4, 65536), {"dim": -1}, torch.bfloat16).name == "split"
 
@@ -76,7 +82,7 @@ def test_every_config_compiles_for_sm90_without_spills(n, dtype, vector):
 
     art = sc.artifact(n, dtype, vector)
     rep = ki.analyze(ki.Artifact("softmax_cluster", art["cubin"], art["threads_per_block"]))
-    assert rep.registers <= 64, rep.registers  # the __launch_bounds__ budget: 2 CTAs of 512 an SM
+    assert rep.registers <= 64, rep.registers  # the __launch_bounds__ budget: 1024 threads an SM
     assert rep.stack_bytes == 0 and rep.mix is not None and rep.mix.local_store_bytes == 0, "spills"
     assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 2  # the two cluster barriers' waits
 
@@ -103,7 +109,7 @@ def test_non_portable_clusters_take_16_ctas_set_at_launch(monkeypatch):
     pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
     from kernelwright.harness import inspect as ki
 
-    monkeypatch.setattr(sc, "MAX_THREADS_SPLIT", 256)
+    monkeypatch.setattr(sc, "NONPORTABLE", False)
     assert sc.cluster_config(65536, 2, True) == sc.ClusterConfig(4, 256, 8, True)
     assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(8, 512, 8, True)  # portable: 8 CTAs at most
     monkeypatch.setattr(sc, "NONPORTABLE", True)
@@ -149,13 +155,11 @@ hopper = pytest.mark.skipif(not runtime.is_hopper(),
                             reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
 
 
-FORMS = {"row-a-cluster": {}, "persistent": {"PERSISTENT": True},
-         # CTAs of 256 threads while the cluster grows, and clusters to 16 (non-portable, set at launch)
-         "cta256-cluster16": {"MAX_THREADS_SPLIT": 256, "NONPORTABLE": True},
-         # streaming cache hints; 16 vectors a thread at 128 registers in CTAs of 128
-         "cta256-cluster16-hints": {"MAX_THREADS_SPLIT": 256, "NONPORTABLE": True, "HINTS": True},
-         "v16-cta128-cluster16-hints": {"VECTORS_A_THREAD": 16, "SM_THREADS": 512, "MAX_THREADS_SPLIT": 128,
-                                        "NONPORTABLE": True, "HINTS": True}}
+FORMS = {"row-a-cluster": {},  # the default: CTAs of 256 while the cluster grows, clusters to 16 set at launch
+         "portable": {"MAX_THREADS_SPLIT": 512, "NONPORTABLE": False},  # the fallback: clusters of 8 at most
+         "persistent": {"PERSISTENT": True},
+         # the switches run 54 timed: 16 vectors a thread at 128 registers, streaming cache hints
+         "v16-cta128-hints": {"VECTORS_A_THREAD": 16, "SM_THREADS": 512, "MAX_THREADS_SPLIT": 128, "HINTS": True}}
 
 
 @pytest.fixture(params=list(FORMS))
@@ -217,8 +221,8 @@ def test_other_dims_and_many_rows(form):
 def test_kw_inspect_gets_the_kernel_the_launcher_would_run(monkeypatch):
     pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
     (art,) = sc.inspect_artifacts((4096, 65536), torch.bfloat16)
-    assert (art.threads_per_block, art.grid, art.dynamic_smem) == (512, (8192, 1, 1), 0)
-    assert "2 CTAs a row" in art.note and art.cubin[:4] == b"\x7fELF"
+    assert (art.threads_per_block, art.grid, art.dynamic_smem) == (256, (16384, 1, 1), 0)
+    assert "4 CTAs a row" in art.note and art.cubin[:4] == b"\x7fELF"
     monkeypatch.setattr(sc, "PERSISTENT", True)
     (art,) = sc.inspect_artifacts((4096, 65536), torch.bfloat16)
     assert art.dynamic_smem == 2 * 1024 * 4 * 16 and "persistent" in art.note

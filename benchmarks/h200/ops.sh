@@ -21,6 +21,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster2   # session 13: CTAs of 256, clusters of 16, the
 #                                                              # persistent form with the driver's residency
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster3   # session 14: cache hints, 16 vectors a thread
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster4   # session 14: the new defaults, issue 2's run
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -104,6 +105,19 @@ case "${1:-fwd}" in
       echo "   ($sw)" | tee -a "$LOG"
     done
     grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150
+    ;;
+  cluster4)
+    # session 14, after run 54: the cluster rung's new defaults (CTAs of 256, clusters to 16; auto picks it for wide
+    # rows): GPU tests of every form and of the softmax files, issue 2's four sizes with every rung and peer in one
+    # run, then fp16 / fp32 at the wide sizes (auto takes cluster for them too)
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_softmax_cluster.py \
+      tests/test_softmax_split.py
+    step 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_ladders.py -k "softmax"
+    grep -E "passed|failed" "$LOG" | tail -2
+    step 200 python3 -m kernelwright.cli bench softmax --dtypes bf16 --max-seconds 0.5
+    step 100 python3 -m kernelwright.cli bench softmax --dtypes fp16,fp32 --sizes 4096x65536,1024x262144 \
+      --variant cluster --variant split --variant torch --max-seconds 0.4
+    grep -E "│ softmax" "$LOG" | cut -c1-150
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \

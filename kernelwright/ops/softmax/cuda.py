@@ -7,13 +7,17 @@ and launched on PyTorch's current stream.
 
 Configuration (:func:`cluster_config`): every thread keeps ``VECTORS_A_THREAD`` 16-byte vectors of its row chunk
 in registers (64 bf16/fp16 or 32 fp32 values; 32 single elements on the unaligned path), so a CTA of T threads
-holds T x that many columns. The cluster takes as many CTAs as the row needs at ``MAX_THREADS_SPLIT`` = 512
-threads each (1 to 8, any count), then each CTA the power of two of threads its share needs (32 to 1024): bf16
-65536 columns -> 2 CTAs x 512 threads, 262144 -> 8 x 512; fp32 262144 -> 8 x 1024; a 32769-column bf16 row on the
-one-element path -> 3 x 512. Wider rows are refused (:func:`limit`). Switches for
-``benchmarks/experiments/switch_bench.py``: ``CLUSTER_SIZE`` forces the cluster size where the row fits it;
-``MAX_THREADS_SPLIT`` sets the CTA size while the cluster grows; ``NONPORTABLE`` allows clusters of 16 CTAs;
-``PERSISTENT`` selects the persistent form (``PERSISTENT_VECTORS`` vectors a thread, ``STAGES`` rows staged).
+holds T x that many columns. The cluster takes as many CTAs as the row needs at ``MAX_THREADS_SPLIT`` = 256
+threads each (1 to 16, any count; past 8 a non-portable size, set at launch), then each CTA the power of two of
+threads its share needs (32 to 1024): bf16 65536 columns -> 4 CTAs x 256 threads, 262144 -> 16 x 256; fp32
+262144 -> 16 x 512; a 32769-column bf16 row on the one-element path -> 5 x 256. Where the driver says the GPU
+cannot hold a cluster past 8 (``cuOccupancyMaxActiveClusters``), the launcher falls back to 8 CTAs at most
+(bf16 262144 -> 8 x 512). Wider rows are refused (:func:`limit`). Run 53 (H200, bf16) chose CTAs of 256 and
+clusters to 16: 3.81 / 3.52 TB/s at 4096x65536 / 1024x262144 against 3.70 / 3.34 with CTAs of 512 and 8 at most.
+Switches for ``benchmarks/experiments/switch_bench.py``: ``CLUSTER_SIZE`` forces the cluster size where the row
+fits it; ``MAX_THREADS_SPLIT`` sets the CTA size while the cluster grows; ``NONPORTABLE`` allows clusters of 16
+CTAs; ``SM_THREADS`` sets the register budget; ``HINTS`` adds streaming cache hints; ``PERSISTENT`` selects the
+persistent form (``PERSISTENT_VECTORS`` vectors a thread, ``STAGES`` rows staged).
 """
 
 from __future__ import annotations
@@ -26,23 +30,24 @@ from pathlib import Path
 import torch
 
 from kernelwright.backends import nvrtc
+from kernelwright.errors import Unavailable
 
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_CLUSTER = 8  # portable cluster size on sm_90
 MAX_CLUSTER_NONPORTABLE = 16  # what H100/H200 allow once the function opts in (set at launch, cuLaunchKernelEx)
 MAX_THREADS = 1024
-MAX_THREADS_SPLIT = 512
-"""A CTA's size while the cluster can still grow (2 CTAs an SM at <= 64 registers); a switch: 256 makes 4 CTAs an
-SM and twice the cluster."""
+MAX_THREADS_SPLIT = 256
+"""A CTA's size while the cluster can still grow (4 CTAs an SM at <= 64 registers); run 53: 256 beat 512 (2 CTAs
+an SM in step) by 3% at 65536 bf16 columns and, with clusters of 16, by 5% at 262144."""
 SM_THREADS = 1024
 """Threads an SM holds of the one-row form (sets ``MIN_BLOCKS``, so registers <= 65536 / SM_THREADS); a switch:
 512 gives a thread 128 registers, room for 16 vectors."""
 HINTS = False
 """Experiment switch: streaming cache hints on the one-row form's 16-byte path (loads L1::no_allocate and
 L2 evict_first, stores .cs), as the Triton split rung takes past 131072 columns."""
-NONPORTABLE = False
-"""Experiment switch, off until timed: clusters of up to ``MAX_CLUSTER_NONPORTABLE`` CTAs (so 1024 rows of 262144
-bf16 columns can take 16 CTAs of 256 threads)."""
+NONPORTABLE = True
+"""Clusters of up to ``MAX_CLUSTER_NONPORTABLE`` CTAs (1024 rows of 262144 bf16 columns take 16 CTAs of 256
+threads) where the driver says the GPU holds one; off: 8 at most."""
 VECTORS_A_THREAD = 8  # 16-byte vectors a thread holds (32 registers); 32 elements on the unaligned path
 MAX_COLS = 262144  # 8 CTAs of 1024 threads x 32 elements (fp32, or the one-element path)
 CLUSTER_SIZE: int | None = None
@@ -81,19 +86,20 @@ def _pow2_at_least(n: int) -> int:
 
 
 def cluster_config(n_cols: int, elt: int, vector: bool, cluster: int | None = None,
-                   persistent: bool = False) -> ClusterConfig:
+                   persistent: bool = False, nonportable: bool | None = None) -> ClusterConfig:
     """The launch shape for rows of ``n_cols`` elements of ``elt`` bytes (see the module docstring); with
     ``persistent`` (16-byte path only) the persistent form's: ``PERSISTENT_VECTORS`` vectors a thread and CTAs of
     up to 1024 threads before the cluster grows (its staged rows need the registers a second CTA would take); rows
-    it cannot hold in 8 such CTAs (fp32 past 131072 columns) get the one-row-a-cluster form."""
+    it cannot hold in 8 such CTAs (fp32 past 131072 columns) get the one-row-a-cluster form. ``nonportable``
+    (default ``NONPORTABLE``): clusters past 8 CTAs."""
     persistent = persistent and vector
     nv = (PERSISTENT_VECTORS if persistent else VECTORS_A_THREAD) if vector else 4 * VECTORS_A_THREAD
     per = nv * (16 // elt if vector else 1)
     need = -(-n_cols // per)  # threads for the whole row
     if persistent and need > MAX_CLUSTER * MAX_THREADS:  # (fp32 past 131072 columns) one row a cluster
-        return cluster_config(n_cols, elt, vector, cluster)
+        return cluster_config(n_cols, elt, vector, cluster, nonportable=nonportable)
     c = cluster or CLUSTER_SIZE or -(-need // (MAX_THREADS if persistent else MAX_THREADS_SPLIT))
-    cap = MAX_CLUSTER_NONPORTABLE if NONPORTABLE else MAX_CLUSTER
+    cap = MAX_CLUSTER_NONPORTABLE if (NONPORTABLE if nonportable is None else nonportable) else MAX_CLUSTER
     c = max(1, min(cap, int(c)))
     threads = min(MAX_THREADS, max(32, _pow2_at_least(-(-need // c))))
     c = max(c, -(-need // threads))  # a forced size too small for the row grows
@@ -160,7 +166,31 @@ def _aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
 
 
 def plan(x2: torch.Tensor, y2: torch.Tensor) -> ClusterConfig:
-    return cluster_config(x2.shape[1], x2.element_size(), _aligned(x2, y2), persistent=PERSISTENT)
+    args = (x2.shape[1], x2.element_size(), _aligned(x2, y2))
+    cfg = cluster_config(*args, persistent=PERSISTENT)
+    if launch_cluster(cfg) and not _holds(x2.device, cfg, x2.dtype):
+        cfg = cluster_config(*args, persistent=PERSISTENT, nonportable=False)
+    return cfg
+
+
+_holds_cache: dict[tuple, bool] = {}  # (device, config, dtype) -> whether the GPU holds one cluster of it
+
+
+def _holds(device: torch.device, cfg: ClusterConfig, dtype: torch.dtype) -> bool:
+    """Whether CUDA device ``device`` can run a cluster of ``cfg`` (past 8 CTAs, sizes are the GPU's choice: the
+    driver counts how many it holds at once; an error or 0 means no)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, cfg, dtype)
+    if key not in _holds_cache:
+        try:
+            n = _kernel(cfg, dtype).max_active_clusters(index, cfg.threads, cfg.cluster, stage_bytes(cfg),
+                                                        launch_cluster=True)
+        except (nvrtc.CompileError, Unavailable):
+            raise
+        except RuntimeError:  # a driver call refused (the cluster size, on this GPU)
+            n = 0
+        _holds_cache[key] = n > 0
+    return _holds_cache[key]
 
 
 _resident: dict[tuple, int] = {}  # (device, config, dtype) -> clusters of the persistent form resident at once

@@ -60,14 +60,15 @@ RUNGS = (
     ),
     Rung(
         "cluster", "cuda", "kernelwright.ops.softmax.cuda:softmax_cluster",
-        "CUDA C for Hopper: a row split over the 1-8 CTAs of a thread-block cluster, each holding its chunk in "
-        "registers (64 bf16 values a thread, 16-byte loads); the CTAs' (max, sum) partials meet in distributed "
-        "shared memory at one hardware cluster barrier instead of the split rung's global-memory words and spinning "
-        "loads, and since a cluster's CTAs are co-scheduled there is no persistent grid: a CTA loads, reduces, "
-        "trades, writes and exits, and the next cluster takes its place. Predicted: 3.7-3.9 TB/s at 4096x65536 (2 "
-        "CTAs of 512 threads a row) and 3.6-3.8 at 1024x262144 (8 CTAs), bf16, above split's 3.58 / 3.44. H200 "
-        "(run 51): 3.25 / 2.98 TB/s, below split (refuted: only 2 CTAs an SM, nothing in flight while they reduce "
-        "and wait; journal softmax.md, session 12).",
+        "CUDA C for Hopper: a row split over the 1-16 CTAs of a thread-block cluster (past 8 a non-portable size "
+        "set at launch), each holding its chunk in registers (64 bf16 values a thread, 16-byte loads); the CTAs' "
+        "(max, sum) partials meet in distributed shared memory at one hardware cluster barrier instead of the split "
+        "rung's global-memory words and spinning loads, and since a cluster's CTAs are co-scheduled there is no "
+        "persistent grid: a CTA loads, reduces, trades, writes and exits, and the next cluster takes its place. "
+        "Predicted: 3.7-3.9 TB/s at 4096x65536 and 3.6-3.8 at 1024x262144, bf16, above split's 3.58 / 3.44. H200: "
+        "with CTAs of 512 and clusters of 8 at most, 3.70 / 3.34 (run 52; 2 CTAs an SM reduce and wait in step); "
+        "with CTAs of 256 (4 an SM) and clusters to 16, 3.81 / 3.52 (run 53): confirmed at 65536, short at 262144 "
+        "(journal softmax.md, sessions 12-14).",
         needs="hopper", limit=_cuda_limit, artifacts="kernelwright.ops.softmax.cuda:inspect_artifacts",
     ),
 )
@@ -121,16 +122,19 @@ def _liger_softmax():
     return run
 
 
-CLUSTER_AUTO = False
-"""Experiment switch, off until timed on the H200: ``auto`` takes the cluster rung (Hopper only) for rows too
-wide for the fused rung, ahead of split."""
+CLUSTER_AUTO = True
+"""``auto`` takes the cluster rung (Hopper only; rows of up to 262144 columns, a multiple of 8) for rows too wide
+for the fused rung, ahead of split: H200 run 53, bf16, 3.81 / 3.52 TB/s at 4096x65536 / 1024x262144 against
+split's 3.59 / 3.46. Off: split."""
 
 
 def choose(size, kwargs) -> list[str]:
-    # fused is simplest and best while a row fits in registers; wider rows go to split (one read)
+    # fused is simplest and best while a row fits in registers; wider rows go to the cluster rung on Hopper (its
+    # 16-byte path: widths a multiple of 8), else split (one read)
     if not fused_limit(size, kwargs):
         return ["fused", "split", "online", "multipass"]
-    return (["cluster"] if CLUSTER_AUTO else []) + ["split", "online", "multipass"]
+    n = size[kwargs.get("dim", -1)] if size else 1
+    return (["cluster"] if CLUSTER_AUTO and n % 8 == 0 else []) + ["split", "online", "multipass"]
 
 
 FAMILY = Family(
