@@ -117,6 +117,9 @@ case "${1:-fwd}" in
     step 200 python3 -m kernelwright.cli bench softmax --dtypes bf16 --max-seconds 0.5
     step 100 python3 -m kernelwright.cli bench softmax --dtypes fp16,fp32 --sizes 4096x65536,1024x262144 \
       --variant cluster --variant split --variant torch --max-seconds 0.4
+    # 5 CTAs of 256 an SM at 48 registers (12-20 bytes of spills, sm_90 SASS)
+    step 40 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.softmax.cuda.SM_THREADS=1280 -- bench \
+      softmax --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
     grep -E "│ softmax" "$LOG" | cut -c1-150
     ;;
   fwd)
