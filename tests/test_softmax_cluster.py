@@ -140,6 +140,22 @@ def test_the_switched_one_row_forms_compile_without_spills(monkeypatch, switches
     assert rep.mix.opcodes.get("STG.E.EF.128", 0) == art["config"].nv  # streaming (evict-first) stores
 
 
+def test_shared_memory_vectors_widen_a_cta_at_the_same_registers(monkeypatch):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    monkeypatch.setattr(sc, "SMEM_VECTORS", 8)
+    assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(8, 256, 8, True, 0, 8)
+    assert sc.cluster_config(262144, 2, False).snv == 0  # the one-element path keeps registers only
+    assert sc.cluster_config(65536, 2, True, persistent=True).snv == 0
+    art = sc.artifact(262144, torch.bfloat16, True, rows=4)
+    assert art["dynamic_smem"] == 8 * 256 * 16 and art["grid"] == (32, 1, 1)
+    rep = ki.analyze(ki.Artifact("softmax_cluster", art["cubin"], art["threads_per_block"]))
+    assert rep.registers <= 64 and rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0
+    copies = sum(n for op, n in rep.mix.opcodes.items() if op.startswith("LDGSTS"))
+    assert copies == 8 and rep.mix.opcodes.get("LDG.E.128.CONSTANT", 0) == 8  # 8 vectors each way
+
+
 def test_resident_clusters_counts_what_an_sm_holds():
     cfg = sc.ClusterConfig(8, 1024, 4, True, 2)  # 128 KB of stage, 64 registers: one CTA an SM
     assert sc.resident_clusters(cfg, 64, 132) == 132 // 8
@@ -159,7 +175,8 @@ FORMS = {"row-a-cluster": {},  # the default: CTAs of 256 while the cluster grow
          "portable": {"MAX_THREADS_SPLIT": 512, "NONPORTABLE": False},  # the fallback: clusters of 8 at most
          "persistent": {"PERSISTENT": True},
          # the switches run 54 timed: 16 vectors a thread at 128 registers, streaming cache hints
-         "v16-cta128-hints": {"VECTORS_A_THREAD": 16, "SM_THREADS": 512, "MAX_THREADS_SPLIT": 128, "HINTS": True}}
+         "v16-cta128-hints": {"VECTORS_A_THREAD": 16, "SM_THREADS": 512, "MAX_THREADS_SPLIT": 128, "HINTS": True},
+         "smem8": {"SMEM_VECTORS": 8}}  # half of a thread's 16 vectors in shared memory
 
 
 @pytest.fixture(params=list(FORMS))

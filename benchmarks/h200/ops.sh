@@ -22,6 +22,7 @@
 #                                                              # persistent form with the driver's residency
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster3   # session 14: cache hints, 16 vectors a thread
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster4   # session 14: the new defaults, issue 2's run
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster5   # session 14: vectors held in shared memory
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -121,6 +122,24 @@ case "${1:-fwd}" in
     step 40 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.softmax.cuda.SM_THREADS=1280 -- bench \
       softmax --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
     grep -E "│ softmax" "$LOG" | cut -c1-150
+    ;;
+  cluster5)
+    # session 14, after run 55 (3.53 at 1024x262144 with 16 x 256): half of a thread's vectors in shared memory
+    # (SMEM_VECTORS, cp.async), so CTAs of 256 hold 64 KB and 262144 takes clusters of 8 at 4 CTAs an SM
+    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_softmax_cluster.py -k "smem8 or row-a"
+    grep -E "passed|failed" "$LOG" | tail -1
+    for sw in "SMEM_VECTORS=0" "SMEM_VECTORS=8" "SMEM_VECTORS=8 MAX_THREADS_SPLIT=128" "SMEM_VECTORS=4" \
+              "SMEM_VECTORS=8 MAX_THREADS_SPLIT=512"; do
+      args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
+      step 40 python3 benchmarks/experiments/switch_bench.py $args -- bench softmax --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+      echo "   ($sw)" | tee -a "$LOG"
+    done
+    SM="32768x4096,16384x8192,4096x65536,1024x262144"
+    step 100 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.softmax.cuda.SMEM_VECTORS=8 -- bench \
+      softmax --dtypes bf16 --sizes "$SM" --variant cluster --variant split --variant fused --variant torch \
+      --max-seconds 0.5
+    grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \

@@ -42,6 +42,10 @@ an SM in step) by 3% at 65536 bf16 columns and, with clusters of 16, by 5% at 26
 SM_THREADS = 1024
 """Threads an SM holds of the one-row form (sets ``MIN_BLOCKS``, so registers <= 65536 / SM_THREADS); a switch:
 512 gives a thread 128 registers, room for 16 vectors."""
+SMEM_VECTORS = 0
+"""Experiment switch: 16-byte vectors a thread holds in shared memory (cp.async) past the ``VECTORS_A_THREAD`` in
+registers, one-row form's 16-byte path: a CTA holds more of the row at the same registers (8: CTAs of 256 hold
+32 KB in registers and 32 KB in shared memory; 1024 rows of 262144 bf16 columns take clusters of 8)."""
 HINTS = False
 """Experiment switch: streaming cache hints on the one-row form's 16-byte path (loads L1::no_allocate and
 L2 evict_first, stores .cs), as the Triton split rung takes past 131072 columns."""
@@ -68,13 +72,14 @@ class ClusterConfig:
     nv: int  # accesses a thread (16-byte vectors, or single elements when not vector)
     vector: bool
     stages: int = 0  # the persistent form's rows staged ahead in shared memory; 0: one row a cluster
+    snv: int = 0  # the one-row form's vectors a thread in shared memory, after the nv in registers
 
     @property
     def persistent(self) -> bool:
         return self.stages > 0
 
     def per_thread(self, elt: int) -> int:
-        return self.nv * (16 // elt if self.vector else 1)
+        return (self.nv + self.snv) * (16 // elt if self.vector else 1)
 
     def chunk(self, elt: int) -> int:
         """Columns one CTA holds."""
@@ -94,7 +99,8 @@ def cluster_config(n_cols: int, elt: int, vector: bool, cluster: int | None = No
     (default ``NONPORTABLE``): clusters past 8 CTAs."""
     persistent = persistent and vector
     nv = (PERSISTENT_VECTORS if persistent else VECTORS_A_THREAD) if vector else 4 * VECTORS_A_THREAD
-    per = nv * (16 // elt if vector else 1)
+    snv = SMEM_VECTORS if vector and not persistent else 0
+    per = (nv + snv) * (16 // elt if vector else 1)
     need = -(-n_cols // per)  # threads for the whole row
     if persistent and need > MAX_CLUSTER * MAX_THREADS:  # (fp32 past 131072 columns) one row a cluster
         return cluster_config(n_cols, elt, vector, cluster, nonportable=nonportable)
@@ -106,7 +112,7 @@ def cluster_config(n_cols: int, elt: int, vector: bool, cluster: int | None = No
     if c > cap:
         raise ValueError(f"n_cols: rows of {n_cols} columns need {c} CTAs of {threads} threads; the cluster rung "
                          f"takes at most {cap}")
-    return ClusterConfig(c, threads, nv, vector, STAGES if persistent else 0)
+    return ClusterConfig(c, threads, nv, vector, STAGES if persistent else 0, snv)
 
 
 def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
@@ -121,7 +127,8 @@ def options(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CompileOptions:
                # one-row-a-cluster: 64 registers whatever the CTA's size (2 CTAs of 512 an SM); the persistent
                # form, whose shared memory bounds its CTAs an SM anyway, gets what it needs (64 at 1024 threads)
                "CLUSTER": cfg.cluster, "MIN_BLOCKS": 1 if cfg.persistent else max(1, SM_THREADS // cfg.threads),
-               "PERSISTENT": int(cfg.persistent), "STAGES": max(1, cfg.stages), "HINTS": int(HINTS)}
+               "PERSISTENT": int(cfg.persistent), "STAGES": max(1, cfg.stages), "HINTS": int(HINTS),
+               "SNV": cfg.snv}
     return nvrtc.CompileOptions(defines=tuple(f"{k}={v}" for k, v in defines.items()))
 
 
@@ -132,6 +139,11 @@ def _kernel(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CudaKernel:
 @functools.cache
 def _compiled(opts: nvrtc.CompileOptions) -> nvrtc.CudaKernel:
     return nvrtc.CudaKernel(SOURCE.read_text(), "softmax_cluster", opts, what=str(SOURCE))
+
+
+def smem_bytes(cfg: ClusterConfig) -> int:
+    """Dynamic shared memory a CTA: the persistent form's stage, or the one-row form's shared-memory vectors."""
+    return stage_bytes(cfg) if cfg.persistent else cfg.snv * cfg.threads * 16
 
 
 def stage_bytes(cfg: ClusterConfig) -> int:
@@ -183,7 +195,7 @@ def _holds(device: torch.device, cfg: ClusterConfig, dtype: torch.dtype) -> bool
     key = (index, cfg, dtype)
     if key not in _holds_cache:
         try:
-            n = _kernel(cfg, dtype).max_active_clusters(index, cfg.threads, cfg.cluster, stage_bytes(cfg),
+            n = _kernel(cfg, dtype).max_active_clusters(index, cfg.threads, cfg.cluster, smem_bytes(cfg),
                                                         launch_cluster=True)
         except (nvrtc.CompileError, Unavailable):
             raise
@@ -221,7 +233,8 @@ def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
     grid = R * cfg.cluster
     if grid >= 2**31:
         raise ValueError(f"x: {R} rows x {cfg.cluster} CTAs exceed the grid's 2^31 - 1 blocks")
-    _kernel(cfg, x2.dtype).launch((grid,), (cfg.threads,), args, cluster=launch_cluster(cfg))
+    _kernel(cfg, x2.dtype).launch((grid,), (cfg.threads,), args, shared_mem=smem_bytes(cfg),
+                                  cluster=launch_cluster(cfg))
 
 
 
@@ -231,7 +244,7 @@ def artifact(n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1
     cfg = cluster_config(n_cols, torch.finfo(dtype).bits // 8, vector, persistent=persistent)
     grid = min(rows, resident_clusters(cfg, 64, 132)) * cfg.cluster if cfg.persistent else rows * cfg.cluster
     return {"kernel": "softmax_cluster", "cubin": _kernel(cfg, dtype).cubin, "threads_per_block": cfg.threads,
-            "dynamic_smem": stage_bytes(cfg) if cfg.persistent else 0, "grid": (grid, 1, 1), "config": cfg}
+            "dynamic_smem": smem_bytes(cfg), "grid": (grid, 1, 1), "config": cfg}
 
 
 def softmax_cluster(x: torch.Tensor, dim: int = -1, *, out: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,9 @@
 // x_stride, y_stride (elements).
 //
 // CLUSTER CTAs take a row (a cluster is CLUSTER consecutive blockIdx.x; a non-portable size past 8 is set by the
-// launcher). The CTA of rank c owns columns [c * CHUNK, (c + 1) * CHUNK), CHUNK = THREADS * NV * VEC, and keeps
-// them as raw input words in registers between its single read of x and its single write of y:
+// launcher). The CTA of rank c owns columns [c * CHUNK, (c + 1) * CHUNK), CHUNK = THREADS * (NV + SNV) * VEC, and
+// keeps them as raw input words in registers (and with SNV, shared memory) between its single read of x and its
+// single write of y:
 //   1. load: NV vectors of VEC elements a thread (16 bytes each when VECTOR=1), coalesced across the CTA;
 //      columns past n_cols read as -inf (they add 0 to the sum and are not stored).
 //   2. the chunk's max m_c and sum s_c = sum exp(x - m_c): warp shuffles, then one word a warp through shared
@@ -26,7 +27,9 @@
 // Defines: DTYPE (0 fp32, 1 fp16, 2 bf16), VECTOR (1: 16-byte accesses, needs n_cols a multiple of VEC and
 // 16-byte-aligned rows; 0: one element an access), NV (accesses a thread), THREADS, CLUSTER (1..16), MIN_BLOCKS
 // (__launch_bounds__'s blocks an SM, i.e. a register budget), PERSISTENT, STAGES, HINTS (1: the one-row form's
-// 16-byte loads skip L1 and are first out of L2, its stores are streaming, .cs). All arithmetic in fp32;
+// 16-byte loads skip L1 and are first out of L2, its stores are streaming, .cs), SNV (the one-row form's 16-byte
+// path: SNV more vectors a thread held in dynamic shared memory, filled by cp.async, after the NV in registers,
+// so a CTA holds more of the row at the same registers). All arithmetic in fp32;
 // exp(x - m) as ex2((x - m) * log2 e), what Triton's tl.exp compiles to (the difference first: x * log2 e -
 // m * log2 e would carry an error proportional to |x|, 1e-3 relative at |x| ~ 1e4).
 
@@ -44,6 +47,9 @@
 #endif
 #ifndef HINTS
 #define HINTS 0
+#endif
+#ifndef SNV
+#define SNV 0
 #endif
 
 #if DTYPE == 0
@@ -63,9 +69,11 @@
 #define WORDS (VECTOR ? 4 : 1)       // 32-bit words an access holds
 #define PER_WORD (VECTOR ? 4 / EB : 1)
 #define NWARPS (THREADS / 32)
-#define CHUNK (THREADS * NV * VEC)
+#define NVT (NV + SNV)               // accesses a thread: NV in registers, then SNV in shared memory
+#define CHUNK (THREADS * NVT * VEC)
 static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
 static_assert(CLUSTER >= 1 && CLUSTER <= 16, "cluster sizes to 16 (past 8: non-portable, set at launch)");
+static_assert(SNV == 0 || (VECTOR && !PERSISTENT), "shared-memory vectors: the one-row form's 16-byte path");
 
 #define LOG2E 1.4426950408889634f
 #define NEG_INF (__int_as_float(0xff800000))
@@ -112,6 +120,13 @@ __device__ __forceinline__ float ex2(float x) {  // 2^x; ex2(-inf) = +0
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
+
+#if SNV
+// the SNV vectors a thread holds in shared memory: slot j * THREADS + tid, read back only by the thread that
+// filled it (its own cp.async.wait_group is all the synchronization they need)
+extern __shared__ uint4 held[];
+__device__ __forceinline__ unsigned word(const uint4& q, int k) { return k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w; }
+#endif
 
 // --- cluster primitives (PTX ISA 7.8+, sm_90) -------------------------------------------------------------------
 __device__ __forceinline__ unsigned cluster_rank() {
@@ -165,6 +180,17 @@ __device__ __forceinline__ float chunk_max(const unsigned (&w)[NV][WORDS]) {
         for (int k = 0; k < WORDS; ++k)
 #pragma unroll
             for (int i = 0; i < PER_WORD; ++i) m = fmaxf(m, elem(w[j][k], i));
+#if SNV
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < SNV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) m = fmaxf(m, elem(word(q, k), i));
+    }
+#endif
     return m;
 }
 
@@ -186,6 +212,16 @@ __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], fl
         for (int k = 0; k < WORDS; ++k)
 #pragma unroll
             for (int i = 0; i < PER_WORD; ++i) s += ex2((elem(w[j][k], i) - m0) * LOG2E);
+#if SNV
+#pragma unroll
+    for (int j = 0; j < SNV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s += ex2((elem(word(q, k), i) - m0) * LOG2E);
+    }
+#endif
     s = warp_sum(s);
     if (lane == 0) red_sum[warp] = s;
     __syncthreads();
@@ -267,6 +303,22 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], floa
         }
         if (col < n_cols) store_vector(yr + col / VEC, make_uint4(o[0], o[1], o[2], o[3]));
     }
+#if SNV
+#pragma unroll
+    for (int j = 0; j < SNV; ++j) {
+        const int col = base + ((NV + j) * THREADS + tid) * VEC;
+        const uint4 q = held[j * THREADS + tid];
+        unsigned o[WORDS];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            o[k] = 0;
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i)
+                o[k] |= to_bits(ex2((elem(word(q, k), i) - MS.x) * LOG2E) * MS.y) << (16 * i);
+        }
+        if (col < n_cols) store_vector(yr + col / VEC, make_uint4(o[0], o[1], o[2], o[3]));
+    }
+#endif
 #else
 #if EB == 4
     unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;
@@ -321,6 +373,21 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
 #if VECTOR
     const uint4* xr = reinterpret_cast<const uint4*>(
         static_cast<const unsigned char*>(x_) + (size_t)row * x_stride * EB);
+#if SNV
+    // the shared-memory vectors first (asynchronous: they are in flight with the register loads below)
+#pragma unroll
+    for (int j = 0; j < SNV; ++j) {
+        const int col = base + ((NV + j) * THREADS + tid) * VEC;
+        uint4* dst = held + j * THREADS + tid;
+        if (col < n_cols) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xr + col / VEC) : "memory");
+        } else {
+            *dst = make_uint4(NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD);
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
         const int col = base + (j * THREADS + tid) * VEC;
