@@ -33,22 +33,27 @@ def test_every_width_gets_a_cluster_that_covers_the_row(elt, vector, persistent)
         assert cfg.cluster * cfg.chunk(elt) >= n, (n, cfg)
         # no CTA is wholly past the row's end unless the row is narrower than one warp's share
         assert (cfg.cluster - 1) * cfg.chunk(elt) < n, (n, cfg)
-    assert sc.cluster_config(65536, 2, True) == sc.ClusterConfig(4, 256, 8, True)
-    assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(16, 256, 8, True)
-    assert sc.cluster_config(262144, 2, True, nonportable=False) == sc.ClusterConfig(8, 512, 8, True)
-    assert sc.cluster_config(262144, 4, True) == sc.ClusterConfig(16, 512, 8, True)
-    assert sc.cluster_config(262144, 4, True, nonportable=False) == sc.ClusterConfig(8, 1024, 8, True)
-    assert sc.cluster_config(32769, 2, False) == sc.ClusterConfig(5, 256, 32, False)
+    assert sc.cluster_config(8192, 2, True) == sc.ClusterConfig(1, 128, 8, True)  # registers only
+    assert sc.cluster_config(32768, 2, True) == sc.ClusterConfig(1, 512, 8, True)
+    assert sc.cluster_config(32776, 2, True) == sc.ClusterConfig(1, 512, 8, True, 0, 8)  # and shared memory
+    assert sc.cluster_config(65536, 2, True) == sc.ClusterConfig(1, 512, 8, True, 0, 8)
+    assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(4, 512, 8, True, 0, 8)
+    assert sc.cluster_config(262144, 4, True) == sc.ClusterConfig(16, 512, 8, True)  # fp32: registers only
+    assert sc.cluster_config(262144, 2, False) == sc.ClusterConfig(16, 512, 32, False)
+    assert sc.cluster_config(262144, 2, False, nonportable=False) == sc.ClusterConfig(8, 1024, 32, False)
+    assert sc.cluster_config(32769, 2, False) == sc.ClusterConfig(3, 512, 32, False)
     assert sc.cluster_config(65536, 2, True, persistent=True) == sc.ClusterConfig(2, 1024, 4, True, sc.STAGES)
     assert sc.cluster_config(262144, 2, True, persistent=True) == sc.ClusterConfig(8, 1024, 4, True, sc.STAGES)
     with pytest.raises(ValueError, match="n_cols"):
-        sc.cluster_config(262145, 4, True, nonportable=False)  # 8 x 1024 threads x 32 fp32 values hold 262144
+        sc.cluster_config(262145, 4, False, nonportable=False)  # 8 x 1024 threads x 32 fp32 values hold 262144
 
 
 def test_a_forced_cluster_size_grows_when_the_row_needs_it(monkeypatch):
+    assert sc.cluster_config(65536, 2, True, cluster=4) == sc.ClusterConfig(4, 128, 8, True, 0, 8)
+    assert sc.cluster_config(262144, 2, True, cluster=1) == sc.ClusterConfig(2, 1024, 8, True, 0, 8)
+    monkeypatch.setattr(sc, "SMEM_VECTORS", 0)
     assert sc.cluster_config(65536, 2, True, cluster=4) == sc.ClusterConfig(4, 256, 8, True)
     assert sc.cluster_config(262144, 2, True, cluster=2) == sc.ClusterConfig(4, 1024, 8, True)
-    assert sc.cluster_config(65536, 2, True, cluster=2) == sc.ClusterConfig(2, 512, 8, True)
     monkeypatch.setattr(sc, "CLUSTER_SIZE", 8)
     assert sc.cluster_config(65536, 2, True).cluster == 8
 
@@ -84,7 +89,7 @@ def test_every_config_compiles_for_sm90_without_spills(n, dtype, vector):
     rep = ki.analyze(ki.Artifact("softmax_cluster", art["cubin"], art["threads_per_block"]))
     assert rep.registers <= 64, rep.registers  # the __launch_bounds__ budget: 1024 threads an SM
     assert rep.stack_bytes == 0 and rep.mix is not None and rep.mix.local_store_bytes == 0, "spills"
-    assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 2  # the two cluster barriers' waits
+    assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == (2 if art["config"].cluster > 1 else 0)  # the two barriers
 
 
 @pytest.mark.parametrize(("n", "dtype"), [(65536, torch.bfloat16), (262144, torch.bfloat16),
@@ -101,7 +106,8 @@ def test_the_persistent_form_compiles_for_sm90_without_spills(n, dtype):
     assert rep.mix.opcodes.get("LDGSTS.E.BYPASS.128", 0) > 0  # the staging is cp.async, 16 bytes, L2 only
     # the row loop's trade fences only the CTA's own shared memory: the one GPU-level MEMBAR (which would wait for
     # the previous row's stores) is the final keep-alive barrier's
-    assert rep.mix.opcodes.get("MEMBAR.ALL.GPU", 0) == 1 and rep.mix.opcodes.get("MEMBAR.ALL.CTA", 0) == 1
+    fences = 1 if art["config"].cluster > 1 else 0  # a cluster of one CTA trades nothing
+    assert rep.mix.opcodes.get("MEMBAR.ALL.GPU", 0) == fences and rep.mix.opcodes.get("MEMBAR.ALL.CTA", 0) == fences
     assert rep.occupancy.blocks_per_sm >= 1
 
 
@@ -109,6 +115,8 @@ def test_non_portable_clusters_take_16_ctas_set_at_launch(monkeypatch):
     pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
     from kernelwright.harness import inspect as ki
 
+    monkeypatch.setattr(sc, "MAX_THREADS_SPLIT", 256)
+    monkeypatch.setattr(sc, "SMEM_VECTORS", 0)
     monkeypatch.setattr(sc, "NONPORTABLE", False)
     assert sc.cluster_config(65536, 2, True) == sc.ClusterConfig(4, 256, 8, True)
     assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(8, 512, 8, True)  # portable: 8 CTAs at most
@@ -129,6 +137,7 @@ def test_the_switched_one_row_forms_compile_without_spills(monkeypatch, switches
     from kernelwright.harness import inspect as ki
 
     monkeypatch.setattr(sc, "MAX_THREADS_SPLIT", 256)
+    monkeypatch.setattr(sc, "SMEM_VECTORS", 0)
     monkeypatch.setattr(sc, "NONPORTABLE", True)
     for name, value in switches.items():
         monkeypatch.setattr(sc, name, value)
@@ -144,7 +153,7 @@ def test_shared_memory_vectors_widen_a_cta_at_the_same_registers(monkeypatch):
     pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
     from kernelwright.harness import inspect as ki
 
-    monkeypatch.setattr(sc, "SMEM_VECTORS", 8)
+    monkeypatch.setattr(sc, "MAX_THREADS_SPLIT", 256)
     assert sc.cluster_config(262144, 2, True) == sc.ClusterConfig(8, 256, 8, True, 0, 8)
     assert sc.cluster_config(262144, 2, False).snv == 0  # the one-element path keeps registers only
     assert sc.cluster_config(65536, 2, True, persistent=True).snv == 0
@@ -171,12 +180,13 @@ hopper = pytest.mark.skipif(not runtime.is_hopper(),
                             reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
 
 
-FORMS = {"row-a-cluster": {},  # the default: CTAs of 256 while the cluster grows, clusters to 16 set at launch
-         "portable": {"MAX_THREADS_SPLIT": 512, "NONPORTABLE": False},  # the fallback: clusters of 8 at most
+FORMS = {"row-a-cluster": {},  # the default: CTAs of 512, half of a wide row's vectors in shared memory
+         "registers-cta256": {"SMEM_VECTORS": 0, "MAX_THREADS_SPLIT": 256},  # registers only, clusters to 16
+         "portable": {"NONPORTABLE": False},  # the fallback: clusters of 8 at most
          "persistent": {"PERSISTENT": True},
          # the switches run 54 timed: 16 vectors a thread at 128 registers, streaming cache hints
-         "v16-cta128-hints": {"VECTORS_A_THREAD": 16, "SM_THREADS": 512, "MAX_THREADS_SPLIT": 128, "HINTS": True},
-         "smem8": {"SMEM_VECTORS": 8}}  # half of a thread's 16 vectors in shared memory
+         "v16-cta128-hints": {"VECTORS_A_THREAD": 16, "SM_THREADS": 512, "MAX_THREADS_SPLIT": 128, "HINTS": True,
+                              "SMEM_VECTORS": 0}}
 
 
 @pytest.fixture(params=list(FORMS))
@@ -238,8 +248,8 @@ def test_other_dims_and_many_rows(form):
 def test_kw_inspect_gets_the_kernel_the_launcher_would_run(monkeypatch):
     pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
     (art,) = sc.inspect_artifacts((4096, 65536), torch.bfloat16)
-    assert (art.threads_per_block, art.grid, art.dynamic_smem) == (256, (16384, 1, 1), 0)
-    assert "4 CTAs a row" in art.note and art.cubin[:4] == b"\x7fELF"
+    assert (art.threads_per_block, art.grid, art.dynamic_smem) == (512, (4096, 1, 1), 8 * 512 * 16)
+    assert "1 CTAs a row" in art.note and art.cubin[:4] == b"\x7fELF"
     monkeypatch.setattr(sc, "PERSISTENT", True)
     (art,) = sc.inspect_artifacts((4096, 65536), torch.bfloat16)
     assert art.dynamic_smem == 2 * 1024 * 4 * 16 and "persistent" in art.note

@@ -23,6 +23,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster3   # session 14: cache hints, 16 vectors a thread
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster4   # session 14: the new defaults, issue 2's run
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster5   # session 14: vectors held in shared memory
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster6   # session 14: those as defaults, issue 2's run
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -139,6 +140,26 @@ case "${1:-fwd}" in
     step 100 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.softmax.cuda.SMEM_VECTORS=8 -- bench \
       softmax --dtypes bf16 --sizes "$SM" --variant cluster --variant split --variant fused --variant torch \
       --max-seconds 0.5
+    grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150
+    ;;
+  cluster6)
+    # session 14, after run 56: the defaults are CTAs of 512 with half of a wide 16-bit row in shared memory. GPU
+    # tests of every form, the split file and the family fuzz; issue 2's four sizes with every rung and peer in one
+    # run; fp16 / fp32 at the wide sizes; a second process at the wide sizes (spread); two neighbours of the default
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_softmax_cluster.py \
+      tests/test_softmax_split.py
+    step 90 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_ladders.py -k "softmax"
+    grep -E "passed|failed" "$LOG" | tail -2
+    step 200 python3 -m kernelwright.cli bench softmax --dtypes bf16 --max-seconds 0.5
+    step 100 python3 -m kernelwright.cli bench softmax --dtypes fp16,fp32 --sizes 4096x65536,1024x262144 \
+      --variant cluster --variant split --variant torch --max-seconds 0.4
+    step 60 python3 -m kernelwright.cli bench softmax --dtypes bf16 --sizes 4096x65536,1024x262144 \
+      --variant cluster --variant split --variant torch --max-seconds 0.4
+    for sw in "MAX_THREADS_SPLIT=1024" "MAX_THREADS_SPLIT=256"; do
+      step 40 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.softmax.cuda.$sw -- bench softmax \
+        --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+      echo "   ($sw)" | tee -a "$LOG"
+    done
     grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150
     ;;
   fwd)

@@ -5,19 +5,22 @@ Rows are [R, D] views with unit column stride (the Triton module's ``_launch_row
 kernel is compiled per configuration by NVRTC for sm_90 (cached on disk; see :mod:`kernelwright.backends.nvrtc`)
 and launched on PyTorch's current stream.
 
-Configuration (:func:`cluster_config`): every thread keeps ``VECTORS_A_THREAD`` 16-byte vectors of its row chunk
-in registers (64 bf16/fp16 or 32 fp32 values; 32 single elements on the unaligned path), so a CTA of T threads
-holds T x that many columns. The cluster takes as many CTAs as the row needs at ``MAX_THREADS_SPLIT`` = 256
-threads each (1 to 16, any count; past 8 a non-portable size, set at launch), then each CTA the power of two of
-threads its share needs (32 to 1024): bf16 65536 columns -> 4 CTAs x 256 threads, 262144 -> 16 x 256; fp32
-262144 -> 16 x 512; a 32769-column bf16 row on the one-element path -> 5 x 256. Where the driver says the GPU
-cannot hold a cluster past 8 (``cuOccupancyMaxActiveClusters``), the launcher falls back to 8 CTAs at most
-(bf16 262144 -> 8 x 512). Wider rows are refused (:func:`limit`). Run 53 (H200, bf16) chose CTAs of 256 and
-clusters to 16: 3.81 / 3.52 TB/s at 4096x65536 / 1024x262144 against 3.70 / 3.34 with CTAs of 512 and 8 at most.
+Configuration (:func:`cluster_config`): every thread keeps ``VECTORS_A_THREAD`` 16-byte vectors of its row chunk in
+registers (64 bf16/fp16 or 32 fp32 values; 32 single elements on the unaligned path) and, on the 16-byte path for
+bf16/fp16 rows wider than one CTA of ``MAX_THREADS_SPLIT`` = 512 threads holds that way, ``SMEM_VECTORS`` more in
+shared memory; a CTA of T threads holds T x that many columns. The cluster takes as many CTAs as the row needs at
+512 threads each (1 to 16, any count; past 8 a non-portable size, set at launch), then each CTA the power of two of
+threads its share needs (32 to 1024): bf16 8192 columns -> 1 CTA x 128 threads; 65536 -> 1 x 512 (half in shared
+memory), 262144 -> 4 x 512; fp32 262144 -> 16 x 512; a 262144-column bf16 row on the one-element path -> 16 x 512.
+Where the driver says the GPU cannot hold a cluster past 8 (``cuOccupancyMaxActiveClusters``), the launcher falls
+back to 8 CTAs at most (that row -> 8 x 1024). Wider rows are refused (:func:`limit`). H200 runs 52-56 chose these
+(journal softmax.md, sessions 13-14): at 4096x65536 / 1024x262144 bf16, CTAs of 512 holding registers only 3.70 /
+3.34 TB/s; CTAs of 256 with clusters to 16, 3.81 / 3.52; CTAs of 512 with half in shared memory, 3.89 / 3.79.
 Switches for ``benchmarks/experiments/switch_bench.py``: ``CLUSTER_SIZE`` forces the cluster size where the row
 fits it; ``MAX_THREADS_SPLIT`` sets the CTA size while the cluster grows; ``NONPORTABLE`` allows clusters of 16
-CTAs; ``SM_THREADS`` sets the register budget; ``HINTS`` adds streaming cache hints; ``PERSISTENT`` selects the
-persistent form (``PERSISTENT_VECTORS`` vectors a thread, ``STAGES`` rows staged).
+CTAs; ``SMEM_VECTORS`` the vectors in shared memory; ``SM_THREADS`` sets the register budget; ``HINTS`` adds
+streaming cache hints; ``PERSISTENT`` selects the persistent form (``PERSISTENT_VECTORS`` vectors a thread,
+``STAGES`` rows staged).
 """
 
 from __future__ import annotations
@@ -36,16 +39,19 @@ SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_CLUSTER = 8  # portable cluster size on sm_90
 MAX_CLUSTER_NONPORTABLE = 16  # what H100/H200 allow once the function opts in (set at launch, cuLaunchKernelEx)
 MAX_THREADS = 1024
-MAX_THREADS_SPLIT = 256
-"""A CTA's size while the cluster can still grow (4 CTAs an SM at <= 64 registers); run 53: 256 beat 512 (2 CTAs
-an SM in step) by 3% at 65536 bf16 columns and, with clusters of 16, by 5% at 262144."""
+MAX_THREADS_SPLIT = 512
+"""A CTA's size while the cluster can still grow (2 CTAs an SM at <= 64 registers). With registers only, run 53
+had 256 ahead (4 CTAs an SM: 3.81 / 3.52 TB/s at 65536 / 262144 bf16 against 3.70 / 3.34); with half of a
+thread's vectors in shared memory (``SMEM_VECTORS``) run 56 had 512 ahead (3.89 / 3.79 against 3.72 / 3.72)."""
 SM_THREADS = 1024
 """Threads an SM holds of the one-row form (sets ``MIN_BLOCKS``, so registers <= 65536 / SM_THREADS); a switch:
 512 gives a thread 128 registers, room for 16 vectors."""
-SMEM_VECTORS = 0
-"""Experiment switch: 16-byte vectors a thread holds in shared memory (cp.async) past the ``VECTORS_A_THREAD`` in
-registers, one-row form's 16-byte path: a CTA holds more of the row at the same registers (8: CTAs of 256 hold
-32 KB in registers and 32 KB in shared memory; 1024 rows of 262144 bf16 columns take clusters of 8)."""
+SMEM_VECTORS = 8
+"""16-byte vectors a thread holds in shared memory (filled by cp.async) past the ``VECTORS_A_THREAD`` in registers,
+on the one-row form's 16-byte path for 16-bit rows wider than one CTA's registers hold: a CTA holds twice the row at the
+same registers (CTAs of 512: 64 KB in registers, 64 KB in shared memory, 2 an SM; 1024 rows of 262144 bf16 columns
+take clusters of 4). Run 56: 3.89 / 3.79 TB/s at 4096x65536 / 1024x262144 bf16, against 3.82 / 3.39 without in
+the same run. 0: registers only."""
 HINTS = False
 """Experiment switch: streaming cache hints on the one-row form's 16-byte path (loads L1::no_allocate and
 L2 evict_first, stores .cs), as the Triton split rung takes past 131072 columns."""
@@ -99,8 +105,11 @@ def cluster_config(n_cols: int, elt: int, vector: bool, cluster: int | None = No
     (default ``NONPORTABLE``): clusters past 8 CTAs."""
     persistent = persistent and vector
     nv = (PERSISTENT_VECTORS if persistent else VECTORS_A_THREAD) if vector else 4 * VECTORS_A_THREAD
-    snv = SMEM_VECTORS if vector and not persistent else 0
-    per = (nv + snv) * (16 // elt if vector else 1)
+    vec = 16 // elt if vector else 1
+    # shared-memory vectors for 16-bit rows wider than one CTA's registers hold (narrower rows keep their threads;
+    # fp32 spills 8-40 bytes with them, sm_90 SASS)
+    snv = SMEM_VECTORS if vector and elt == 2 and not persistent and n_cols > MAX_THREADS_SPLIT * nv * vec else 0
+    per = (nv + snv) * vec
     need = -(-n_cols // per)  # threads for the whole row
     if persistent and need > MAX_CLUSTER * MAX_THREADS:  # (fp32 past 131072 columns) one row a cluster
         return cluster_config(n_cols, elt, vector, cluster, nonportable=nonportable)

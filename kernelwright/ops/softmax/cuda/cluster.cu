@@ -236,13 +236,17 @@ __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], fl
 //    every warp reads CTA c's and the warp merges them with shuffles, so the registers stay those of 8 (the
 //    shuffles cost the persistent form, at its 64-register budget, a 24-byte spill: hence not everywhere).
 __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
+#if CLUSTER == 1
+    (void)slot;
+    return make_float2(ms.x, 1.0f / ms.y);  // the CTA is the row: nothing to trade, no barrier
+#else
     if (threadIdx.x == 0) {
         *slot = ms;
         fence_release_own_shared();
     }
     cluster_arrive_relaxed();
     cluster_wait();
-#if CLUSTER <= 8
+#if CLUSTER <= 8 && !SNV
     float2 p[CLUSTER];
     float M = NEG_INF;
 #pragma unroll
@@ -262,6 +266,7 @@ __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
     const float S = warp_sum(p.x != NEG_INF ? p.y * ex2((p.x - M) * LOG2E) : 0.0f);
 #endif
     return make_float2(M, 1.0f / S);  // M = -inf (a row of -inf) gives NaN below, as the reference does
+#endif
 }
 
 // x and y are each touched once: with HINTS, keep them out of L1 and first out of L2
@@ -304,7 +309,7 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], floa
         if (col < n_cols) store_vector(yr + col / VEC, make_uint4(o[0], o[1], o[2], o[3]));
     }
 #if SNV
-#pragma unroll
+#pragma unroll 1  // one vector at a time: unrolled, fp16's conversions spill (sm_90)
     for (int j = 0; j < SNV; ++j) {
         const int col = base + ((NV + j) * THREADS + tid) * VEC;
         const uint4 q = held[j * THREADS + tid];
@@ -353,7 +358,7 @@ __device__ __forceinline__ void stage_row(uint4* stage, const void* x_, long lon
 }
 #endif
 
-#if CLUSTER <= 8
+#if CLUSTER <= 8 && !SNV
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else  // a non-portable size: the launcher sets it (cuLaunchKernelEx) after allowing it on the function
 #define CLUSTER_DIMS
@@ -411,9 +416,13 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
     // done with the partners' shared memory. Release, not relaxed: a relaxed arrive does not wait for the DSMEM
     // loads in trade(), so a partner could pass the final wait and exit while a load of its `part` is in flight
     // (on the H200 that was an "unspecified launch failure" at clusters of 4-8 CTAs of 128-256 threads; run 51).
+#if CLUSTER > 1
     cluster_arrive_release();
+#endif
     store_chunk(w, MS, y_, row, y_stride, base, n_cols);
+#if CLUSTER > 1
     cluster_wait();  // partners may still be reading `part`
+#endif
 #else
     // persistent: cluster k takes rows k, k + G, k + 2G, ... (G clusters in the grid). The next row's chunk is
     // staged in shared memory by cp.async while this one is reduced, traded and written, so a CTA has loads in
@@ -449,7 +458,9 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
         store_chunk(w, MS, y_, row, y_stride, base, n_cols);
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");  // (only empty groups can be left)
+#if CLUSTER > 1
     cluster_arrive_release();  // keep this CTA's `part` alive until every partner has read it
     cluster_wait();
+#endif
 #endif
 }
