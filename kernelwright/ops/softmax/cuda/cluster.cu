@@ -234,7 +234,9 @@ __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], fl
 // 3. publish this CTA's (max, sum) in `slot`, meet the cluster at a barrier, read every CTA's slot: (M, 1 / S).
 //    To 8 CTAs every thread reads all the slots (a warp's 32 identical reads are one access); past 8, lane c of
 //    every warp reads CTA c's and the warp merges them with shuffles, so the registers stay those of 8 (the
-//    shuffles cost the persistent form, at its 64-register budget, a 24-byte spill: hence not everywhere).
+//    shuffles cost the persistent form, at its 64-register budget, a 24-byte spill: hence not everywhere; and with
+//    SNV, clusters of 2 CTAs of 512 reading lane-parallel raised "illegal instruction" on the H200, run 57, not
+//    understood yet).
 __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
 #if CLUSTER == 1
     (void)slot;
@@ -246,7 +248,7 @@ __device__ __forceinline__ float2 trade(float2* slot, float2 ms) {
     }
     cluster_arrive_relaxed();
     cluster_wait();
-#if CLUSTER <= 8 && !SNV
+#if CLUSTER <= 8
     float2 p[CLUSTER];
     float M = NEG_INF;
 #pragma unroll
@@ -358,7 +360,7 @@ __device__ __forceinline__ void stage_row(uint4* stage, const void* x_, long lon
 }
 #endif
 
-#if CLUSTER <= 8 && !SNV
+#if CLUSTER <= 8
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else  // a non-portable size: the launcher sets it (cuLaunchKernelEx) after allowing it on the function
 #define CLUSTER_DIMS
