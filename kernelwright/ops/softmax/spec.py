@@ -67,8 +67,9 @@ RUNGS = (
         "persistent grid: a CTA loads, reduces, trades, writes and exits, and the next cluster takes its place. "
         "Predicted: 3.7-3.9 TB/s at 4096x65536 and 3.6-3.8 at 1024x262144, bf16, above split's 3.58 / 3.44. H200: "
         "with CTAs of 512 and clusters of 8 at most, 3.70 / 3.34 (run 52; 2 CTAs an SM reduce and wait in step); "
-        "with CTAs of 256 (4 an SM) and clusters to 16, 3.81 / 3.52 (run 53): confirmed at 65536, short at 262144 "
-        "(journal softmax.md, sessions 12-14).",
+        "with CTAs of 256 (4 an SM) and clusters to 16, 3.81 / 3.52 (run 53); with CTAs of 512 holding half their "
+        "chunk in shared memory (cp.async), 4.01 / 3.80, 1.84x / 1.98x torch (run 58): confirmed (journal "
+        "softmax.md, sessions 12-14).",
         needs="hopper", limit=_cuda_limit, artifacts="kernelwright.ops.softmax.cuda:inspect_artifacts",
     ),
 )
@@ -124,8 +125,8 @@ def _liger_softmax():
 
 CLUSTER_AUTO = True
 """``auto`` takes the cluster rung (Hopper only; rows of up to 262144 columns, a multiple of 8) for rows too wide
-for the fused rung, ahead of split: H200 run 53, bf16, 3.81 / 3.52 TB/s at 4096x65536 / 1024x262144 against
-split's 3.59 / 3.46. Off: split."""
+for the fused rung, ahead of split: H200 run 58, bf16, 4.01 / 3.80 TB/s at 4096x65536 / 1024x262144 against
+split's 3.59 / 3.47 (fp32 at 262144: 3.34 against 3.41, the one loss). Off: split."""
 
 
 def choose(size, kwargs) -> list[str]:
