@@ -100,9 +100,22 @@ def compile_cubin(source: str, options: CompileOptions | None = None, *, what: s
     return data
 
 
+def read_source(path: str | Path) -> str:
+    """The text of a ``.cu`` file with each ``#include "x.cuh"`` line replaced by that file's text (a path relative
+    to the including file; nested includes too), so the compile cache's key covers the headers as well."""
+    path = Path(path)
+    lines = []
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith('#include "'):
+            lines.append(read_source(path.parent / line.split('"')[1]))
+        else:
+            lines.append(line)
+    return "".join(lines)
+
+
 def compile_file(path: str | Path, options: CompileOptions | None = None) -> bytes:
     p = Path(path)
-    return compile_cubin(p.read_text(), options, what=str(p))
+    return compile_cubin(read_source(p), options, what=str(p))
 
 
 # --- loading and launching (needs a GPU) ------------------------------------------------------------------------

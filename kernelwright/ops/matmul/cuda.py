@@ -168,21 +168,10 @@ NOTES: dict[str, str] = {
 }
 
 
-def _source(path: Path) -> str:
-    """The text of a ``.cu`` file with its ``#include "x.cuh"`` lines replaced by those files (from ``cuda/``)."""
-    lines = []
-    for line in path.read_text().splitlines(keepends=True):
-        if line.startswith('#include "'):
-            lines.append((path.parent / line.split('"')[1]).read_text())
-        else:
-            lines.append(line)
-    return "".join(lines)
-
-
 @functools.cache
 def _kernel(config: LaunchConfig, name: str) -> nvrtc.CudaKernel:
     path = SOURCES[config.rung]
-    return nvrtc.CudaKernel(_source(path), name, config.options, what=str(path))
+    return nvrtc.CudaKernel(nvrtc.read_source(path), name, config.options, what=str(path))
 
 
 def _entry(config: LaunchConfig, vec4: bool) -> str:
@@ -255,7 +244,7 @@ def compile_all(arch: str = "sm_90") -> dict[str, bytes]:
     out = {}
     for key, cfg in configs.items():
         options = nvrtc.CompileOptions(arch=arch, defines=cfg.options.defines)
-        out[key] = nvrtc.compile_cubin(_source(SOURCES[cfg.rung]), options, what=str(SOURCES[cfg.rung]))
+        out[key] = nvrtc.compile_cubin(nvrtc.read_source(SOURCES[cfg.rung]), options, what=str(SOURCES[cfg.rung]))
     return out
 
 

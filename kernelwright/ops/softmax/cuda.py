@@ -147,7 +147,7 @@ def _kernel(cfg: ClusterConfig, dtype: torch.dtype) -> nvrtc.CudaKernel:
 
 @functools.cache
 def _compiled(opts: nvrtc.CompileOptions) -> nvrtc.CudaKernel:
-    return nvrtc.CudaKernel(SOURCE.read_text(), "softmax_cluster", opts, what=str(SOURCE))
+    return nvrtc.CudaKernel(nvrtc.read_source(SOURCE), "softmax_cluster", opts, what=str(SOURCE))
 
 
 def smem_bytes(cfg: ClusterConfig) -> int:
