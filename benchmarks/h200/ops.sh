@@ -24,6 +24,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster4   # session 14: the new defaults, issue 2's run
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster5   # session 14: vectors held in shared memory
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster6   # session 14: those as defaults, issue 2's run
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmscluster # session 14: the rms_norm cluster rung, then the
+#                                                              # attention backward's GPU tests with what is left
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -161,6 +163,18 @@ case "${1:-fwd}" in
       echo "   ($sw)" | tee -a "$LOG"
     done
     grep -E "│ softmax|^   \(" "$LOG" | cut -c1-150
+    ;;
+  rmscluster)
+    # session 14: the rms_norm cluster rung (new, CPU-verified only): its GPU tests and the family fuzz, the softmax
+    # cluster's GPU tests again (shared header, the driver check moved), rms_norm's sweep with every rung and peer;
+    # then tests/test_attention_bwd.py -m gpu (issue 5's backward defaults, never run whole) until LIMIT
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py
+    step 60 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_ladders.py -k "rms_norm and cluster"
+    step 60 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_softmax_cluster.py -k "row-a or portable"
+    grep -E "passed|failed" "$LOG" | tail -3
+    step 150 python3 -m kernelwright.cli bench rms_norm --dtypes bf16 --max-seconds 0.4
+    grep -E "│ rms_norm" "$LOG" | cut -c1-150
+    OUT="$OUT" LIMIT=${LIMIT:-200} step 230 bash benchmarks/h200/gputests.sh bwd
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \

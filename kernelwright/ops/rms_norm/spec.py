@@ -8,6 +8,13 @@ from kernelwright.registry import Rung
 
 _T = "kernelwright.ops.rms_norm.triton"
 
+
+def _cuda_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    from kernelwright.ops.rms_norm import cuda
+
+    return cuda.limit(size, kwargs)
+
+
 RUNGS = (
     Rung(
         "naive", "triton", f"{_T}:rms_norm_naive",
@@ -37,6 +44,16 @@ RUNGS = (
         "partner is resident, and each program loads its next row before waiting. Predicted: >= 85% of the copy "
         "ceiling at 64k and 256k columns (the softmax split rung reached 3.4-3.6 TB/s with the same protocol), "
         "near fused at 16k (one chunk: no exchange).",
+    ),
+    Rung(
+        "cluster", "cuda", "kernelwright.ops.rms_norm.cuda:rms_norm_cluster",
+        "CUDA C for Hopper, the softmax cluster rung's scheme with RMSNorm's statistic: a row over the 1-16 CTAs "
+        "of a thread-block cluster, each holding its chunk as raw words in registers and, for wide 16-bit rows, "
+        "half of it in shared memory (cp.async); each CTA's (exponent, scaled sum of squares) meets its partners' "
+        "in distributed shared memory at one cluster barrier, instead of split's global-memory words and spinning "
+        "loads. Predicted (the softmax rung reached 4.01 / 3.80 TB/s at 4096x65536 / 1024x262144 bf16, run 58; "
+        "rms reads w from L2 on top): 3.8-4.0 / 3.6-3.8 TB/s, above split's 3.57 / 3.36.",
+        needs="hopper", limit=_cuda_limit, artifacts="kernelwright.ops.rms_norm.cuda:inspect_artifacts",
     ),
 )
 

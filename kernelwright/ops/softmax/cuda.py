@@ -189,23 +189,23 @@ def _aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
 def plan(x2: torch.Tensor, y2: torch.Tensor) -> ClusterConfig:
     args = (x2.shape[1], x2.element_size(), _aligned(x2, y2))
     cfg = cluster_config(*args, persistent=PERSISTENT)
-    if launch_cluster(cfg) and not _holds(x2.device, cfg, x2.dtype):
+    if launch_cluster(cfg) and not holds(_kernel(cfg, x2.dtype), x2.device, cfg):
         cfg = cluster_config(*args, persistent=PERSISTENT, nonportable=False)
     return cfg
 
 
-_holds_cache: dict[tuple, bool] = {}  # (device, config, dtype) -> whether the GPU holds one cluster of it
+_holds_cache: dict[tuple, bool] = {}  # (kernel, device, config) -> whether the GPU holds one cluster of it
 
 
-def _holds(device: torch.device, cfg: ClusterConfig, dtype: torch.dtype) -> bool:
-    """Whether CUDA device ``device`` can run a cluster of ``cfg`` (past 8 CTAs, sizes are the GPU's choice: the
-    driver counts how many it holds at once; an error or 0 means no)."""
+def holds(kernel: nvrtc.CudaKernel, device: torch.device, cfg: ClusterConfig) -> bool:
+    """Whether CUDA device ``device`` can run ``kernel`` in a cluster of ``cfg`` set at launch (past 8 CTAs, sizes
+    are the GPU's choice: the driver counts how many it holds at once; an error or 0 means no). Also for the
+    rms_norm cluster rung, which launches the same shapes."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (index, cfg, dtype)
+    key = (id(kernel), index, cfg)
     if key not in _holds_cache:
         try:
-            n = _kernel(cfg, dtype).max_active_clusters(index, cfg.threads, cfg.cluster, smem_bytes(cfg),
-                                                        launch_cluster=True)
+            n = kernel.max_active_clusters(index, cfg.threads, cfg.cluster, smem_bytes(cfg), launch_cluster=True)
         except (nvrtc.CompileError, Unavailable):
             raise
         except RuntimeError:  # a driver call refused (the cluster size, on this GPU)

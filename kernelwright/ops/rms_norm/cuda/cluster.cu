@@ -1,0 +1,322 @@
+// rms_norm rung `cluster` (Hopper, sm_90): a row over the CTAs of a thread-block cluster, each holding its chunk
+// as raw input words (registers, and for wide 16-bit rows shared memory too) between its single read of x and its
+// single write of y; the partial sums of squares are traded through distributed shared memory. The softmax
+// cluster rung's scheme (softmax/cuda/cluster.cu, one-row form) with RMSNorm's statistic:
+//
+//   y[r, :] = x[r, :] * rstd * w'      rstd = 1 / sqrt(mean(x^2) + eps),  w' = w, or 1 + w with OFFSET (Gemma)
+//
+// Steps, for the CTA of rank c owning columns [c * CHUNK, (c + 1) * CHUNK):
+//   1. load: SNV 16-byte vectors a thread into shared memory by cp.async (in flight with what follows), then NV
+//      into registers; columns past n_cols read as 0 (nothing to the sums, never stored).
+//   2. the chunk's largest magnitude a, reduced over the CTA; its binary exponent e (a = f 2^e, f in [0.5, 1)),
+//      then the sum of squares of x 2^-e (each term < 1: no overflow for any finite input, no underflow that
+//      matters), reduced over the CTA.
+//   3. (e, s) put in shared memory, the cluster meets at a barrier, every CTA reads every partner's pair (DSMEM)
+//      and merges them in the largest exponent E: S = sum s_c 4^(e_c - E), mean(x^2) = S 4^E / n. rstd is
+//      formed without leaving fp32's range: 2^-E / sqrt(S / n + eps 4^-E) for E > 0, else 1 / sqrt(S 4^E / n +
+//      eps) (so eps = 0 with every |x| below 2^-63 is out of reach: rstd would not fit fp32 anyway). With SAVE_STATS the CTA of rank 0 stores rstd (fp32) for the backward.
+//   4. y = x * rstd * w' from the held words; w' read as 16-byte vectors (L2: every row reads the same w).
+// A cluster of one CTA trades nothing and meets at no barrier. Defines: DTYPE, VECTOR, NV, THREADS, CLUSTER
+// (1..16; past 8 set at launch), MIN_BLOCKS, SNV (16-byte path only), OFFSET, SAVE_STATS. Arithmetic in fp32, sqrt
+// by MUFU.RSQ with a Newton step.
+
+#if !defined(DTYPE) || !defined(VECTOR) || !defined(NV) || !defined(THREADS) || !defined(CLUSTER)
+#error "compile with -DDTYPE= -DVECTOR= -DNV= -DTHREADS= -DCLUSTER="
+#endif
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+#ifndef SNV
+#define SNV 0
+#endif
+#ifndef OFFSET
+#define OFFSET 0
+#endif
+#ifndef SAVE_STATS
+#define SAVE_STATS 0
+#endif
+
+#include "../../_cuda/rows.cuh"  // element formats, cluster primitives, warp reductions, vector loads and stores
+
+#define NWARPS (THREADS / 32)
+#define CHUNK (THREADS * (NV + SNV) * VEC)
+static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
+static_assert(CLUSTER >= 1 && CLUSTER <= 16, "cluster sizes to 16 (past 8: non-portable, set at launch)");
+static_assert(SNV == 0 || VECTOR, "shared-memory vectors: the 16-byte path");
+
+#if SNV
+extern __shared__ uint4 held[];  // slot j * THREADS + tid, read back only by the thread that filled it
+#endif
+
+// Exponent arithmetic without library calls (frexpf, ldexpf, IEEE sqrt and division are calls on sm_90, and
+// around them bf16's configurations spilled 24-56 bytes a thread):
+__device__ __forceinline__ float exp2i(int n) {  // 2^n, exactly, for n in [-126, 127]; 0 below, +inf above
+    return n < -126 ? 0.0f : n > 127 ? __int_as_float(0x7f800000) : __int_as_float((n + 127) << 23);
+}
+__device__ __forceinline__ int exponent_of(float a) {  // e with a = f 2^e, f in [0.5, 1), for finite a > 0
+    const unsigned b = __float_as_uint(a);
+    if (b >= 0x00800000u) return (int)(b >> 23) - 126;
+    return (int)(__float_as_uint(a * 16777216.0f) >> 23) - 150;  // subnormal: scaled by 2^24 first
+}
+__device__ __forceinline__ float rsqrt_accurate(float v) {  // 1 / sqrt(v): MUFU.RSQ and one Newton step
+    const float r = rsqrtf(v);
+    return v > 0.0f && v < __int_as_float(0x7f800000) ? r * fmaf(-0.5f * v * r, r, 1.5f) : r;
+}
+
+// the largest |x| of this thread's words (registers, then shared memory once its copies have landed), found on the
+// raw bits: a magnitude's bits order as its value (NaN above Inf), so two 16-bit magnitudes a word take one packed
+// integer max and nothing is unpacked here (unpacked, the values stayed live into the sum and bf16 spilled)
+#if EB == 4
+#define ABS_MASK 0x7fffffffu
+#elif VECTOR
+#define ABS_MASK 0x7fff7fffu
+#else
+#define ABS_MASK 0x7fffu
+#endif
+__device__ __forceinline__ unsigned max_magnitude(unsigned m, unsigned w) {
+#if EB == 2 && VECTOR
+    return __vmaxu2(m, w & ABS_MASK);
+#else
+    return max(m, w & ABS_MASK);
+#endif
+}
+__device__ __forceinline__ float chunk_amax(const unsigned (&w)[NV][WORDS]) {
+    unsigned m = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, w[j][k]);
+#if SNV
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < SNV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, word(q, k));
+    }
+#endif
+#if EB == 2 && VECTOR
+    m = max(m & 0xffffu, m >> 16);
+#endif
+    return from_bits(m);
+}
+
+__device__ __forceinline__ float block_reduce_max(float v, float* red) {
+    v = warp_max(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = red[0];
+#pragma unroll
+    for (int i = 1; i < NWARPS; ++i) v = fmaxf(v, red[i]);
+    return v;
+}
+
+__device__ __forceinline__ float block_reduce_sum(float v, float* red) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = red[0];
+#pragma unroll
+    for (int i = 1; i < NWARPS; ++i) v += red[i];
+    return v;
+}
+
+#define NO_EXPONENT (-100000)  // a chunk of zeros: below every real exponent, so it never sets the row's scale
+// 2. (e, sum of (x 2^-e)^2) of the CTA's chunk. 2^-e as two factors, each a normal float for any exponent of a
+//    finite input (e in [-148, 128]); a chunk of zeros (past the row's end, or zero inputs) reports NO_EXPONENT
+//    and sum 0; an Inf or NaN makes the sum Inf or NaN, as the reference's (fmaxf skips NaN: the sum does not)
+__device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], float* red_a, float* red_s) {
+    const float a = block_reduce_max(chunk_amax(w), red_a);
+    const int e = a > 0.0f && a <= 3.4028235e38f ? exponent_of(a) : 0;
+    const float s1 = exp2i(-(e / 2)), s2 = exp2i(-(e - e / 2));
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(w[j][k], i) * s1 * s2;
+                s = fmaf(v, v, s);
+            }
+#if SNV
+#pragma unroll 1
+    for (int j = 0; j < SNV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(word(q, k), i) * s1 * s2;
+                s = fmaf(v, v, s);
+            }
+    }
+#endif
+    return make_float2(a > 0.0f ? (float)e : (float)NO_EXPONENT, block_reduce_sum(s, red_s));
+}
+
+// 3. the row's rstd from the cluster's (e, s) pairs (see the header); a cluster of one has its own pair
+__device__ __forceinline__ float row_rstd(float2* slot, float2 es, float inv_n, float eps) {
+    float E = es.x, S = es.y;
+#if CLUSTER > 1
+    if (threadIdx.x == 0) {
+        *slot = es;
+        fence_release_own_shared();
+    }
+    cluster_arrive_relaxed();
+    cluster_wait();
+#if CLUSTER <= 8  // every thread reads every slot (a warp's 32 identical reads are one access)
+    float2 p[CLUSTER];
+    E = (float)NO_EXPONENT;
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) {
+        p[c] = load_remote(slot, c);
+        E = fmaxf(E, p[c].x);
+    }
+    S = 0.0f;
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) S += p[c].y * exp2i(2 * ((int)p[c].x - (int)E));
+#else  // lane c of every warp reads CTA c's slot, the warp merges them
+    const unsigned lane = threadIdx.x & 31;
+    const float2 p = lane < CLUSTER ? load_remote(slot, lane) : make_float2((float)NO_EXPONENT, 0.0f);
+    E = warp_max(p.x);
+    S = warp_sum(p.y * exp2i(2 * ((int)p.x - (int)E)));
+#endif
+#else
+    (void)slot;
+#endif
+    // S >= 1/4 (the largest chunk's largest term), so a factor 4^d below 2^-126 drops only terms far below the
+    // rounding of the result. NO_EXPONENT (a row of zeros): S = 0 and rstd = 1 / sqrt(eps).
+    const int k = (int)E;
+    const float mean_scaled = S * inv_n;  // mean(x^2) 4^-k
+    if (k > 0) return rsqrt_accurate(mean_scaled + eps * exp2i(-2 * k)) * exp2i(-(k / 2)) * exp2i(-(k - k / 2));
+    return rsqrt_accurate(mean_scaled * exp2i(2 * k) + eps);
+}
+
+// x is unpacked again for the output by byte permutes, not the shifts the sum of squares used: with the same
+// shifts ptxas keeps the values unpacked for the sum alive until the store, twice the registers of the words (16-bit
+// types spilled 24-104 bytes a thread, sm_90)
+__device__ __forceinline__ float elem_again(unsigned w, int i) {
+#if DTYPE == 2
+    return __uint_as_float(__byte_perm(w, 0u, i == 0 ? 0x1044u : 0x3244u));
+#elif DTYPE == 1
+    return from_bits(__byte_perm(w, 0u, i == 0 ? 0x4410u : 0x4432u));
+#else
+    return __uint_as_float(__byte_perm(w, 0u, 0x3210u));  // the identity, as ptxas cannot see
+#endif
+}
+
+// 4. y = x * rstd * w' for one 16-byte vector (or one element) at column col
+__device__ __forceinline__ unsigned scale_word(unsigned xw, unsigned ww, float rstd) {
+    unsigned o = 0;
+#pragma unroll
+    for (int i = 0; i < PER_WORD; ++i) {
+        const float wv = OFFSET ? 1.0f + elem(ww, i) : elem(ww, i);
+        o |= to_bits(elem_again(xw, i) * rstd * wv) << (16 * i);
+    }
+    return o;
+}
+
+extern "C" __global__ void
+#if CLUSTER <= 8
+__cluster_dims__(CLUSTER, 1, 1)
+#endif
+__launch_bounds__(THREADS, MIN_BLOCKS)
+rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void* __restrict__ y_,
+                 float* __restrict__ rstd_, int n_cols, int x_stride, int y_stride, float eps, float inv_n) {
+    __shared__ float red_a[NWARPS], red_s[NWARPS];
+    __shared__ float2 part;  // this CTA's (e, s), read by the whole cluster
+    const int tid = threadIdx.x;
+    const int base = (int)cluster_rank() * CHUNK;
+    const long long row = blockIdx.x / CLUSTER;
+    unsigned w[NV][WORDS];
+    // 1. load
+#if VECTOR
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(x_) +
+                                                     (size_t)row * x_stride * EB);
+#if SNV
+#pragma unroll
+    for (int j = 0; j < SNV; ++j) {
+        const int col = base + ((NV + j) * THREADS + tid) * VEC;
+        uint4* dst = held + j * THREADS + tid;
+        if (col < n_cols) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xr + col / VEC) : "memory");
+        } else {
+            *dst = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + (j * THREADS + tid) * VEC;
+        uint4 q = make_uint4(0u, 0u, 0u, 0u);
+        if (col < n_cols) q = load_vector(xr + col / VEC);
+        w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
+    }
+#else
+#if EB == 4
+    const unsigned* xr = static_cast<const unsigned*>(x_) + (size_t)row * x_stride;
+#else
+    const unsigned short* xr = static_cast<const unsigned short*>(x_) + (size_t)row * x_stride;
+#endif
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + j * THREADS + tid;
+        w[j][0] = col < n_cols ? (unsigned)__ldg(xr + col) : 0u;
+    }
+#endif
+    // 2-3.
+    const float rstd = row_rstd(&part, block_stats(w, red_a, red_s), inv_n, eps);
+#if SAVE_STATS
+    if (base == 0 && tid == 0) rstd_[row] = rstd;
+#else
+    (void)rstd_;
+#endif
+#if CLUSTER > 1
+    cluster_arrive_release();  // done with the partners' shared memory (release: after this CTA's DSMEM loads)
+#endif
+    // 4. store
+#if VECTOR
+    uint4* yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)row * y_stride * EB);
+    const uint4* wr = static_cast<const uint4*>(w_);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + (j * THREADS + tid) * VEC;
+        if (col < n_cols) {
+            const uint4 wq = __ldg(wr + col / VEC);
+            store_vector(yr + col / VEC, make_uint4(scale_word(w[j][0], wq.x, rstd), scale_word(w[j][1], wq.y, rstd),
+                                                    scale_word(w[j][2], wq.z, rstd), scale_word(w[j][3], wq.w, rstd)));
+        }
+        asm volatile("" ::: "memory");  // one w vector in flight at a time: hoisted, the 8 spill (bf16, sm_90)
+    }
+#if SNV
+#pragma unroll 1
+    for (int j = 0; j < SNV; ++j) {
+        const int col = base + ((NV + j) * THREADS + tid) * VEC;
+        if (col < n_cols) {
+            const uint4 q = held[j * THREADS + tid], wq = __ldg(wr + col / VEC);
+            store_vector(yr + col / VEC, make_uint4(scale_word(q.x, wq.x, rstd), scale_word(q.y, wq.y, rstd),
+                                                    scale_word(q.z, wq.z, rstd), scale_word(q.w, wq.w, rstd)));
+        }
+    }
+#endif
+#else
+#if EB == 4
+    unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;
+    const unsigned* wr = static_cast<const unsigned*>(w_);
+#else
+    unsigned short* yr = static_cast<unsigned short*>(y_) + (size_t)row * y_stride;
+    const unsigned short* wr = static_cast<const unsigned short*>(w_);
+#endif
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + j * THREADS + tid;
+        if (col < n_cols) yr[col] = scale_word(w[j][0], (unsigned)__ldg(wr + col), rstd);
+    }
+#endif
+#if CLUSTER > 1
+    cluster_wait();  // partners may still be reading `part`
+#endif
+}

@@ -1,0 +1,128 @@
+"""The rms_norm cluster rung (CUDA C, Hopper): every configuration the launcher can pick compiles for sm_90 without
+spills (CPU, NVRTC), rows wider than it takes are refused by name, and on an H100/H200 it matches a float64
+reference on aligned and unaligned widths up to 262,144 columns, with the Gemma offset, the saved rstd, rows of
+zeros and extreme magnitudes, and in two runs bit for bit. (The family fuzz, tests/test_ladders.py, covers it too
+when run on a Hopper GPU.)"""
+
+import pytest
+import torch
+
+from kernelwright import runtime
+from kernelwright.harness.verify import compare
+from kernelwright.ops.rms_norm import cuda as rc
+from kernelwright.ops.softmax import cuda as sc
+from kernelwright.registry import get_family
+
+FAM = get_family("rms_norm")
+
+CONFIGS = [(n, dt, v) for dt in (torch.bfloat16, torch.float16, torch.float32) for v in (True, False)
+           for n in (7, 4096, 32769, 65536, 262144) if not (v and n % (16 // dt.itemsize))]
+
+
+@pytest.mark.parametrize(("n", "dtype", "vector"), CONFIGS)
+@pytest.mark.parametrize("flags", [(False, False), (True, True)], ids=["plain", "offset-stats"])
+def test_every_config_compiles_for_sm90_without_spills(n, dtype, vector, flags):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    art = rc.artifact(n, dtype, vector, offset=flags[0], save_stats=flags[1])
+    rep = ki.analyze(ki.Artifact("rms_norm_cluster", art["cubin"], art["threads_per_block"]))
+    assert rep.registers <= 64, rep.registers  # the launch bounds: 1024 threads an SM
+    if vector:
+        assert rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, "spills"
+    else:  # one element an access (unaligned rows): a few column offsets of the 32 go to the stack
+        assert rep.stack_bytes <= 80, rep.stack_bytes
+    assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == (2 if art["config"].cluster > 1 else 0)
+    assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call (division, sqrt, ldexp)"
+
+
+def test_the_launch_shapes_are_the_softmax_rungs():
+    assert rc.artifact(262144, torch.bfloat16, True)["config"] == sc.cluster_config(262144, 2, True)
+    art = rc.artifact(65536, torch.bfloat16, True, rows=3)
+    assert art["config"] == sc.ClusterConfig(1, 512, 8, True, 0, 8) and art["dynamic_smem"] == 8 * 512 * 16
+    assert art["grid"] == (3, 1, 1)
+
+
+def test_rows_wider_than_the_rung_are_refused_by_name():
+    rung = FAM.rung("cluster")
+    assert rung.needs == "hopper" and rung.backend == "cuda"
+    assert rung.refusal((4, 262144), {}) is None
+    why = rung.refusal((4, 262145), {})
+    assert why and "262145" in why and "cluster" in why
+
+
+def test_auto_keeps_the_measured_rungs():
+    # the rung has not been timed on the GPU yet: variant=None never picks it
+    assert "cluster" not in FAM.preferred((4096, 65536), {})
+
+
+hopper = pytest.mark.skipif(not runtime.is_hopper(),
+                            reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
+WIDTHS = [1, 7, 8, 1000, 4097, 8192, 32768, 32776, 65536, 131072, 262143, 262144]
+
+
+def _check(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, offset: bool = False):
+    out = torch.full_like(x, float("nan"))  # poisoned: an element never written fails
+    rows = x.numel() // x.shape[-1]
+    rstd = torch.full((rows,), float("nan"), device=x.device)
+    x_before = x.clone()
+    rc.rms_norm_cluster(x, w, eps, offset, out=out, stats=(rstd,))
+    x64 = x.double()
+    ref = FAM.reference(x64, w.double(), eps, offset)
+    cmp = compare(out, ref, FAM.tolerances[x.dtype])
+    assert cmp.ok, f"{tuple(x.shape)} {x.dtype} offset={offset}: {cmp.reason}"
+    ref_rstd = torch.rsqrt(x64.pow(2).mean(-1) + eps).reshape(-1)
+    assert torch.allclose(rstd.double(), ref_rstd, rtol=2e-6, atol=0), "saved rstd"
+    assert torch.equal(x, x_before), "the input changed"
+    again = torch.full_like(x, float("nan"))
+    rc.rms_norm_cluster(x, w, eps, offset, out=again)
+    bits = torch.int16 if x.element_size() == 2 else torch.int32
+    assert torch.equal(out.view(bits), again.view(bits)), "two runs differ: a race"
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("n", WIDTHS)
+def test_matches_float64_at_every_width(n, dtype):
+    rows = max(1, min(37, (1 << 22) // n))
+    x = torch.randn(rows, n, device="cuda").mul_(3).to(dtype)
+    w = torch.randn(n, device="cuda").to(dtype)
+    _check(x, w)
+    _check(x, w, eps=1e-2, offset=True)
+    if n >= 8:  # an unaligned row start: the one-element path
+        xs = torch.randn(rows, n + 1, device="cuda").to(dtype)[:, 1:]
+        assert not sc._aligned(xs, xs)
+        _check(xs, w)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_zero_rows_and_extreme_magnitudes(dtype):
+    n = 262144 if dtype == torch.bfloat16 else 65536  # clusters of several CTAs
+    x = torch.randn(6, n, device="cuda").to(dtype)
+    x[0] = 0                       # a row of zeros: y = 0, rstd = 1 / sqrt(eps)
+    x[1, : n // 2] = 0             # a CTA of zeros among partners that are not
+    x[2] *= 1e30                   # squares past fp32's range
+    x[3] *= 1e-30                  # squares below it (eps dominates)
+    x[4, 7] = 3e38                 # one huge value
+    w = torch.randn(n, device="cuda").to(dtype)
+    _check(x, w)
+    _check(x[1:5], w, eps=0.0)     # no eps: the scale must come from the values alone
+
+
+@pytest.mark.gpu
+@hopper
+def test_many_rows_and_3d():
+    w = torch.randn(4096, device="cuda").to(torch.bfloat16)
+    _check(torch.randn(20000, 4096, device="cuda").to(torch.bfloat16), w)
+    w = torch.randn(65536, device="cuda").to(torch.bfloat16)
+    _check(torch.randn(2, 3, 65536, device="cuda").to(torch.bfloat16), w)
+
+
+def test_kw_inspect_gets_the_kernel_the_launcher_would_run():
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    (art,) = rc.inspect_artifacts((1024, 262144), torch.bfloat16)
+    assert (art.threads_per_block, art.grid, art.dynamic_smem) == (512, (4096, 1, 1), 8 * 512 * 16)
+    assert "4 CTAs a row" in art.note and art.cubin[:4] == b"\x7fELF"
