@@ -72,7 +72,8 @@ def _check(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, offset: bool = F
     cmp = compare(out, ref, FAM.tolerances[x.dtype])
     assert cmp.ok, f"{tuple(x.shape)} {x.dtype} offset={offset}: {cmp.reason}"
     ref_rstd = torch.rsqrt(x64.pow(2).mean(-1) + eps).reshape(-1)
-    assert torch.allclose(rstd.double(), ref_rstd, rtol=2e-6, atol=0), "saved rstd"
+    # fp32 sums of up to 262144 squares: a relative error of a few 1e-6 in rstd
+    assert torch.allclose(rstd.double(), ref_rstd, rtol=2e-5, atol=0), "saved rstd"
     assert torch.equal(x, x_before), "the input changed"
     again = torch.full_like(x, float("nan"))
     rc.rms_norm_cluster(x, w, eps, offset, out=again)

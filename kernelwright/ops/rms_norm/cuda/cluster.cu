@@ -13,8 +13,8 @@
 //      matters), reduced over the CTA.
 //   3. (e, s) put in shared memory, the cluster meets at a barrier, every CTA reads every partner's pair (DSMEM)
 //      and merges them in the largest exponent E: S = sum s_c 4^(e_c - E), mean(x^2) = S 4^E / n. rstd is
-//      formed without leaving fp32's range: 2^-E / sqrt(S / n + eps 4^-E) for E > 0, else 1 / sqrt(S 4^E / n +
-//      eps) (so eps = 0 with every |x| below 2^-63 is out of reach: rstd would not fit fp32 anyway). With SAVE_STATS the CTA of rank 0 stores rstd (fp32) for the backward.
+//      formed as 2^-E / sqrt(S / n + eps 4^-E), or 1 / sqrt(eps) where mean(x^2) is below eps's rounding, so no
+//      intermediate leaves fp32's range unless rstd itself does (eps = 0 and every |x| below ~2^-127). With SAVE_STATS the CTA of rank 0 stores rstd (fp32) for the backward.
 //   4. y = x * rstd * w' from the held words; w' read as 16-byte vectors (L2: every row reads the same w).
 // A cluster of one CTA trades nothing and meets at no barrier. Defines: DTYPE, VECTOR, NV, THREADS, CLUSTER
 // (1..16; past 8 set at launch), MIN_BLOCKS, SNV (16-byte path only), OFFSET, SAVE_STATS. Arithmetic in fp32, sqrt
@@ -185,12 +185,14 @@ __device__ __forceinline__ float row_rstd(float2* slot, float2 es, float inv_n, 
 #else
     (void)slot;
 #endif
-    // S >= 1/4 (the largest chunk's largest term), so a factor 4^d below 2^-126 drops only terms far below the
-    // rounding of the result. NO_EXPONENT (a row of zeros): S = 0 and rstd = 1 / sqrt(eps).
+    // m = mean(x^2) 4^-k lies in [1 / (4n), 1] (S >= 1/4: the largest chunk's largest term), or is 0 for a row of
+    // zeros (k = NO_EXPONENT); a factor 4^d below 2^-126 in S drops only terms far below the result's rounding.
+    // rstd = 2^-k / sqrt(m + eps 4^-k), 2^-k applied as two factors (each a normal float for |k| <= 252).
     const int k = (int)E;
-    const float mean_scaled = S * inv_n;  // mean(x^2) 4^-k
-    if (k > 0) return rsqrt_accurate(mean_scaled + eps * exp2i(-2 * k)) * exp2i(-(k / 2)) * exp2i(-(k - k / 2));
-    return rsqrt_accurate(mean_scaled * exp2i(2 * k) + eps);
+    const float m = S * inv_n;
+    const float e4 = eps > 0.0f ? eps * exp2i(-2 * k) : 0.0f;  // eps 4^-k, +inf past fp32's range
+    if (e4 > 1.8446744e19f * m) return rsqrt_accurate(eps);  // mean(x^2) below eps's rounding, or zeros
+    return rsqrt_accurate(m + e4) * exp2i(-(k / 2)) * exp2i(-(k - k / 2));
 }
 
 // x is unpacked again for the output by byte permutes, not the shifts the sum of squares used: with the same
