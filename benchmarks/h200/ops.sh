@@ -26,6 +26,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh cluster6   # session 14: those as defaults, issue 2's run
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmscluster # session 14: the rms_norm cluster rung, then the
 #                                                              # attention backward's GPU tests with what is left
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmswg      # the rms cluster rung's W_GROUP 1 / 2 / 4
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -175,6 +176,17 @@ case "${1:-fwd}" in
     step 150 python3 -m kernelwright.cli bench rms_norm --dtypes bf16 --max-seconds 0.4
     grep -E "│ rms_norm" "$LOG" | cut -c1-150
     OUT="$OUT" LIMIT=${LIMIT:-200} step 230 bash benchmarks/h200/gputests.sh bwd
+    ;;
+  rmswg)
+    # session 14, after run 59 (rms cluster 3.65 / 3.19 at 4096x65536 / 1024x262144, each store waiting for its
+    # weight vector): weight vectors loaded 1, 2 or 4 at a time, each in its own process (kw bench checks first)
+    for g in 1 2 4; do
+      step 40 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.cuda.W_GROUP=$g -- bench \
+        rms_norm --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers \
+        --max-seconds 0.3
+      echo "   (W_GROUP=$g)" | tee -a "$LOG"
+    done
+    grep -E "│ rms_norm|^   \(" "$LOG" | cut -c1-120
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \
