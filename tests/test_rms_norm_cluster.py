@@ -93,7 +93,7 @@ def test_matches_float64_at_every_width(n, dtype):
     _check(x, w, eps=1e-2, offset=True)
     if n >= 8:  # an unaligned row start: the one-element path
         xs = torch.randn(rows, n + 1, device="cuda").to(dtype)[:, 1:]
-        assert not sc._aligned(xs, xs)
+        assert not sc.aligned(xs, xs)
         _check(xs, w)
 
 

@@ -217,7 +217,7 @@ def test_matches_float64_at_every_width(n, dtype, form):
     _check(x)
     if n >= 8:  # an unaligned row start: the one-element path
         xs = torch.randn(rows, n + 1, device="cuda").to(dtype)[:, 1:]
-        assert not sc._aligned(xs.reshape(rows, n), xs.reshape(rows, n))
+        assert not sc.aligned(xs.reshape(rows, n), xs.reshape(rows, n))
         _check(xs)
 
 

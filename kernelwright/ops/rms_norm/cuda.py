@@ -36,6 +36,7 @@ def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
 
 
 def options(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats: bool) -> nvrtc.CompileOptions:
+    # the softmax rung's defines for the shape (register budget, shared-memory vectors, hints), less its own
     base = sc.options(cfg, dtype)
     keep = [d for d in base.defines if d.split("=")[0] in ("DTYPE", "VECTOR", "NV", "THREADS", "CLUSTER",
                                                            "MIN_BLOCKS", "HINTS", "SNV")]
@@ -53,7 +54,7 @@ def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats:
 
 
 def plan(x2: torch.Tensor, w: torch.Tensor, y2: torch.Tensor, offset: bool, save_stats: bool) -> sc.ClusterConfig:
-    vector = sc._aligned(x2, y2) and w.data_ptr() % 16 == 0
+    vector = sc.aligned(x2, y2) and w.data_ptr() % 16 == 0
     args = (x2.shape[1], x2.element_size(), vector)
     cfg = sc.cluster_config(*args)
     if sc.launch_cluster(cfg) and not sc.holds(_kernel(cfg, x2.dtype, offset, save_stats), x2.device, cfg):

@@ -178,8 +178,9 @@ def resident_clusters(cfg: ClusterConfig, regs: int, sms: int, static_smem: int 
     return max(1, per_sm * sms // cfg.cluster)
 
 
-def _aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
-    """16-byte accesses need whole vectors in every row and 16-byte-aligned row starts."""
+def aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
+    """16-byte accesses need whole vectors in every row and 16-byte-aligned row starts (also the rms_norm cluster
+    rung's test)."""
     elt = x2.element_size()
     vec = 16 // elt
     return (x2.shape[1] % vec == 0 and all(t.data_ptr() % 16 == 0 and (t.stride(0) * elt) % 16 == 0
@@ -187,7 +188,7 @@ def _aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
 
 
 def plan(x2: torch.Tensor, y2: torch.Tensor) -> ClusterConfig:
-    args = (x2.shape[1], x2.element_size(), _aligned(x2, y2))
+    args = (x2.shape[1], x2.element_size(), aligned(x2, y2))
     cfg = cluster_config(*args, persistent=PERSISTENT)
     if launch_cluster(cfg) and not holds(_kernel(cfg, x2.dtype), x2.device, cfg):
         cfg = cluster_config(*args, persistent=PERSISTENT, nonportable=False)
