@@ -131,3 +131,58 @@ __device__ __forceinline__ void store_vector(uint4* p, uint4 v) {
 #endif
 }
 
+
+// --- a row chunk held by a CTA (needs NV, THREADS and SNV: the kernels that include this define them) ----------
+#if defined(NV) && defined(THREADS) && defined(SNV)
+#if SNV
+// the SNV vectors a thread holds in shared memory: slot j * THREADS + tid, read back only by the thread that
+// filled it (its own cp.async.wait_group is all the synchronization they need)
+extern __shared__ uint4 held[];
+#endif
+
+// 1. load this thread's part of row `row`'s chunk at column `base`: access j of thread t covers columns base +
+//    (j * THREADS + t) * VEC .. + VEC - 1; with SNV, accesses NV .. NV + SNV - 1 go to shared memory by cp.async
+//    first (asynchronous: in flight with the register loads). Columns past n_cols read as `pad` (the bits of one
+//    element, e.g. -inf for softmax, 0 for a sum of squares).
+__device__ __forceinline__ void load_chunk(unsigned (&w)[NV][WORDS], const void* x_, long long row, int x_stride,
+                                           int base, int n_cols, unsigned pad) {
+    const int tid = threadIdx.x;
+#if VECTOR
+    const unsigned pw = EB == 2 ? pad | (pad << 16) : pad;  // a word of pads
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(x_) +
+                                                     (size_t)row * x_stride * EB);
+#if SNV
+#pragma unroll
+    for (int j = 0; j < SNV; ++j) {
+        const int col = base + ((NV + j) * THREADS + tid) * VEC;
+        uint4* dst = held + j * THREADS + tid;
+        if (col < n_cols) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xr + col / VEC) : "memory");
+        } else {
+            *dst = make_uint4(pw, pw, pw, pw);
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + (j * THREADS + tid) * VEC;
+        uint4 q = make_uint4(pw, pw, pw, pw);
+        if (col < n_cols) q = load_vector(xr + col / VEC);  // n_cols is a multiple of VEC: the whole vector is in
+        w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
+    }
+#else
+#if EB == 4
+    const unsigned* xr = static_cast<const unsigned*>(x_) + (size_t)row * x_stride;
+#else
+    const unsigned short* xr = static_cast<const unsigned short*>(x_) + (size_t)row * x_stride;
+#endif
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + j * THREADS + tid;
+        w[j][0] = col < n_cols ? (unsigned)__ldg(xr + col) : pad;
+    }
+#endif
+}
+#endif

@@ -24,8 +24,9 @@ SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_COLS = sc.MAX_COLS
 W_GROUP = 1
 """Experiment switch: weight vectors a thread loads together before their stores (1: each store waits for its own
-L2 round trip; run 59 measured 1 at 3.65 / 3.19 TB/s, 4096x65536 / 1024x262144 bf16). 2 and 4 spill 8-16 bytes
-at 262144 (sm_90)."""
+L2 round trip, 3.65 / 3.19 TB/s at 4096x65536 / 1024x262144 bf16 in run 59, whose kernel also had a compiler
+barrier after each store, since removed: the SASS keeps the same load-store order). 2 and 4 spill 8-16 bytes at
+262144 (sm_90); not timed yet."""
 
 
 def limit(size: tuple[int, ...], kwargs: dict) -> str | None:

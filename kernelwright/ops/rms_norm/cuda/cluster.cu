@@ -47,9 +47,6 @@ static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 t
 static_assert(CLUSTER >= 1 && CLUSTER <= 16, "cluster sizes to 16 (past 8: non-portable, set at launch)");
 static_assert(SNV == 0 || VECTOR, "shared-memory vectors: the 16-byte path");
 
-#if SNV
-extern __shared__ uint4 held[];  // slot j * THREADS + tid, read back only by the thread that filled it
-#endif
 
 // Exponent arithmetic without library calls (frexpf, ldexpf, IEEE sqrt and division are calls on sm_90, and
 // around them bf16's configurations spilled 24-56 bytes a thread):
@@ -235,43 +232,7 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
     const int base = (int)cluster_rank() * CHUNK;
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
-    // 1. load
-#if VECTOR
-    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(x_) +
-                                                     (size_t)row * x_stride * EB);
-#if SNV
-#pragma unroll
-    for (int j = 0; j < SNV; ++j) {
-        const int col = base + ((NV + j) * THREADS + tid) * VEC;
-        uint4* dst = held + j * THREADS + tid;
-        if (col < n_cols) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xr + col / VEC) : "memory");
-        } else {
-            *dst = make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        const int col = base + (j * THREADS + tid) * VEC;
-        uint4 q = make_uint4(0u, 0u, 0u, 0u);
-        if (col < n_cols) q = load_vector(xr + col / VEC);
-        w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
-    }
-#else
-#if EB == 4
-    const unsigned* xr = static_cast<const unsigned*>(x_) + (size_t)row * x_stride;
-#else
-    const unsigned short* xr = static_cast<const unsigned short*>(x_) + (size_t)row * x_stride;
-#endif
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        const int col = base + j * THREADS + tid;
-        w[j][0] = col < n_cols ? (unsigned)__ldg(xr + col) : 0u;
-    }
-#endif
+    load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
     // 2-3.
     const float rstd = row_rstd(&part, block_stats(w, red_a, red_s), inv_n, eps);
 #if SAVE_STATS

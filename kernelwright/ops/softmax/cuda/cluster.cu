@@ -66,11 +66,6 @@ __device__ __forceinline__ float ex2(float x) {  // 2^x; ex2(-inf) = +0
     return y;
 }
 
-#if SNV
-// the SNV vectors a thread holds in shared memory: slot j * THREADS + tid, read back only by the thread that
-// filled it (its own cp.async.wait_group is all the synchronization they need)
-extern __shared__ uint4 held[];
-#endif
 
 // --- the four steps, shared by both launch forms ------------------------------------------------------------
 // 2. the chunk's max, then its sum of exp(x - max), each reduced over the CTA (warp shuffles, one word a warp
@@ -259,44 +254,7 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
     // one row a cluster: load, reduce, trade, store, exit
     __shared__ float2 part;  // this CTA's (max, sum), read by the whole cluster
     const long long row = blockIdx.x / CLUSTER;
-    // 1. load the chunk: access j of thread t covers columns base + (j * THREADS + t) * VEC .. + VEC - 1
-#if VECTOR
-    const uint4* xr = reinterpret_cast<const uint4*>(
-        static_cast<const unsigned char*>(x_) + (size_t)row * x_stride * EB);
-#if SNV
-    // the shared-memory vectors first (asynchronous: they are in flight with the register loads below)
-#pragma unroll
-    for (int j = 0; j < SNV; ++j) {
-        const int col = base + ((NV + j) * THREADS + tid) * VEC;
-        uint4* dst = held + j * THREADS + tid;
-        if (col < n_cols) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xr + col / VEC) : "memory");
-        } else {
-            *dst = make_uint4(NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD);
-        }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        const int col = base + (j * THREADS + tid) * VEC;
-        uint4 q = make_uint4(NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD, NEG_INF_WORD);
-        if (col < n_cols) q = load_vector(xr + col / VEC);  // n_cols is a multiple of VEC: the whole vector is in
-        w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
-    }
-#else
-#if EB == 4
-    const unsigned* xr = static_cast<const unsigned*>(x_) + (size_t)row * x_stride;
-#else
-    const unsigned short* xr = static_cast<const unsigned short*>(x_) + (size_t)row * x_stride;
-#endif
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        const int col = base + j * THREADS + tid;
-        w[j][0] = col < n_cols ? (unsigned)__ldg(xr + col) : NEG_INF_BITS;
-    }
-#endif
+    load_chunk(w, x_, row, x_stride, base, n_cols, NEG_INF_BITS);  // 1. (rows.cuh); -inf past the row's end
     const float2 MS = trade(&part, block_stats(w, chunk_max(w), red_max, red_sum));
     // done with the partners' shared memory. Release, not relaxed: a relaxed arrive does not wait for the DSMEM
     // loads in trade(), so a partner could pass the final wait and exit while a load of its `part` is in flight
