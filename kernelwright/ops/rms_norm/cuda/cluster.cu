@@ -14,7 +14,8 @@
 //   3. (e, s) put in shared memory, the cluster meets at a barrier, every CTA reads every partner's pair (DSMEM)
 //      and merges them in the largest exponent E: S = sum s_c 4^(e_c - E), mean(x^2) = S 4^E / n. rstd is
 //      formed as 2^-E / sqrt(S / n + eps 4^-E), or 1 / sqrt(eps) where mean(x^2) is below eps's rounding, so no
-//      intermediate leaves fp32's range unless rstd itself does (eps = 0 and every |x| below ~2^-127). With SAVE_STATS the CTA of rank 0 stores rstd (fp32) for the backward.
+//      intermediate leaves fp32's range unless rstd itself does (eps = 0 and every |x| below ~2^-127). With
+//      SAVE_STATS the CTA of rank 0 stores rstd (fp32) for the backward.
 //   4. y = x * rstd * w' from the held words; w' read as 16-byte vectors (L2: every row reads the same w).
 // A cluster of one CTA trades nothing and meets at no barrier. Defines: DTYPE, VECTOR, NV, THREADS, CLUSTER
 // (1..16; past 8 set at launch), MIN_BLOCKS, SNV (16-byte path only), OFFSET, SAVE_STATS. Arithmetic in fp32, sqrt
@@ -46,7 +47,6 @@
 static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
 static_assert(CLUSTER >= 1 && CLUSTER <= 16, "cluster sizes to 16 (past 8: non-portable, set at launch)");
 static_assert(SNV == 0 || VECTOR, "shared-memory vectors: the 16-byte path");
-
 
 // Exponent arithmetic without library calls (frexpf, ldexpf, IEEE sqrt and division are calls on sm_90, and
 // around them bf16's configurations spilled 24-56 bytes a thread):
