@@ -179,7 +179,10 @@ case "${1:-fwd}" in
     ;;
   rmswg)
     # session 14, after run 59 (rms cluster 3.65 / 3.19 at 4096x65536 / 1024x262144, each store waiting for its
-    # weight vector): weight vectors loaded 1, 2 or 4 at a time, each in its own process (kw bench checks first)
+    # weight vector): the GPU tests of the rung as it is now (changed after run 59), then weight vectors loaded
+    # 1, 2 or 4 at a time, each in its own process (kw bench checks first)
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py
+    grep -E "passed|failed" "$LOG" | tail -1
     for g in 1 2 4; do
       step 40 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.cuda.W_GROUP=$g -- bench \
         rms_norm --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers \
