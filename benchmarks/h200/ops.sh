@@ -27,6 +27,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmscluster # session 14: the rms_norm cluster rung, then the
 #                                                              # attention backward's GPU tests with what is left
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmswg      # the rms cluster rung's W_GROUP 1 / 2 / 4
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
+#                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_DB="$OUT/kernelwright.db" KW_CACHE_DIR=/tmp/kwcache
@@ -177,19 +179,23 @@ case "${1:-fwd}" in
     grep -E "│ rms_norm" "$LOG" | cut -c1-150
     OUT="$OUT" LIMIT=${LIMIT:-200} step 230 bash benchmarks/h200/gputests.sh bwd
     ;;
-  rmswg)
+  rmswg|normcluster)
     # session 14, after run 59 (rms cluster 3.65 / 3.19 at 4096x65536 / 1024x262144, each store waiting for its
-    # weight vector): the GPU tests of the rung as it is now (changed after run 59), then weight vectors loaded
-    # 1, 2 or 4 at a time, each in its own process (kw bench checks first)
-    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py
-    grep -E "passed|failed" "$LOG" | tail -1
+    # weight vector). The GPU tests of the rms rung as it is now (changed after run 59) and of the new layer_norm
+    # cluster rung (never run), their family fuzz; rms's weight vectors loaded 1, 2 or 4 at a time, each in its own
+    # process (kw bench checks first); then layer_norm's sweep with every rung and peer (carry .whl for Liger)
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py \
+      tests/test_layer_norm_cluster.py
+    step 60 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_ladders.py -k "norm and cluster"
+    grep -E "passed|failed" "$LOG" | tail -2
     for g in 1 2 4; do
       step 40 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.cuda.W_GROUP=$g -- bench \
         rms_norm --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers \
         --max-seconds 0.3
       echo "   (W_GROUP=$g)" | tee -a "$LOG"
     done
-    grep -E "│ rms_norm|^   \(" "$LOG" | cut -c1-120
+    [ "${1}" = normcluster ] && step 150 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --max-seconds 0.4
+    grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-120
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \

@@ -132,6 +132,46 @@ __device__ __forceinline__ void store_vector(uint4* p, uint4 v) {
 }
 
 
+// --- row statistics in fp32 without library calls -----------------------------------------------------------
+// Exponent arithmetic without library calls (frexpf, ldexpf, IEEE sqrt and division are calls on sm_90, and
+// around them bf16's configurations spilled 24-56 bytes a thread):
+__device__ __forceinline__ float exp2i(int n) {  // 2^n, exactly, for n in [-126, 127]; 0 below, +inf above
+    return n < -126 ? 0.0f : n > 127 ? __int_as_float(0x7f800000) : __int_as_float((n + 127) << 23);
+}
+__device__ __forceinline__ int exponent_of(float a) {  // e with a = f 2^e, f in [0.5, 1), for finite a > 0
+    const unsigned b = __float_as_uint(a);
+    if (b >= 0x00800000u) return (int)(b >> 23) - 126;
+    return (int)(__float_as_uint(a * 16777216.0f) >> 23) - 150;  // subnormal: scaled by 2^24 first
+}
+__device__ __forceinline__ float rsqrt_accurate(float v) {  // 1 / sqrt(v): MUFU.RSQ and one Newton step
+    const float r = rsqrtf(v);
+    return v > 0.0f && v < __int_as_float(0x7f800000) ? r * fmaf(-0.5f * v * r, r, 1.5f) : r;
+}
+
+
+// rstd = 1 / sqrt(v 4^k + eps) from a variance (or mean square) v given in the scale 4^-k: 2^-k / sqrt(v + eps 4^-k),
+// or 1 / sqrt(eps) where v 4^k is below eps's rounding, so no intermediate leaves fp32's range unless rstd itself
+// does (eps = 0 and every |x| below ~2^-127); 2^-k applied as two factors (each normal for |k| <= 252)
+__device__ __forceinline__ float rstd_scaled(int k, float v, float eps) {
+    const float e4 = eps > 0.0f ? eps * exp2i(-2 * k) : 0.0f;  // eps 4^-k, +inf past fp32's range
+    if (e4 > 1.8446744e19f * v) return rsqrt_accurate(eps);
+    return rsqrt_accurate(v + e4) * exp2i(-(k / 2)) * exp2i(-(k - k / 2));
+}
+
+// x is unpacked again for the output by byte permutes, not the shifts the sum of squares used: with the same
+// shifts ptxas keeps the values unpacked for the sum alive until the store, twice the registers of the words (16-bit
+// types spilled 24-104 bytes a thread, sm_90)
+__device__ __forceinline__ float elem_again(unsigned w, int i) {
+#if DTYPE == 2
+    return __uint_as_float(__byte_perm(w, 0u, i == 0 ? 0x1044u : 0x3244u));
+#elif DTYPE == 1
+    return from_bits(__byte_perm(w, 0u, i == 0 ? 0x4410u : 0x4432u));
+#else
+    return __uint_as_float(__byte_perm(w, 0u, 0x3210u));  // the identity, as ptxas cannot see
+#endif
+}
+
+
 // --- a row chunk held by a CTA (needs NV, THREADS and SNV: the kernels that include this define them) ----------
 #if defined(NV) && defined(THREADS) && defined(SNV)
 #if SNV
@@ -185,4 +225,65 @@ __device__ __forceinline__ void load_chunk(unsigned (&w)[NV][WORDS], const void*
     }
 #endif
 }
+
+// --- statistics of the held chunk ----------------------------------------------------------------------------
+// the largest |x| of this thread's words (registers, then shared memory once its copies have landed), found on the
+// raw bits: a magnitude's bits order as its value (NaN above Inf), so two 16-bit magnitudes a word take one packed
+// integer max and nothing is unpacked here (unpacked, the values stayed live into the sum and bf16 spilled)
+#if EB == 4
+#define ABS_MASK 0x7fffffffu
+#elif VECTOR
+#define ABS_MASK 0x7fff7fffu
+#else
+#define ABS_MASK 0x7fffu
+#endif
+__device__ __forceinline__ unsigned max_magnitude(unsigned m, unsigned w) {
+#if EB == 2 && VECTOR
+    return __vmaxu2(m, w & ABS_MASK);
+#else
+    return max(m, w & ABS_MASK);
+#endif
+}
+__device__ __forceinline__ float chunk_amax(const unsigned (&w)[NV][WORDS]) {
+    unsigned m = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, w[j][k]);
+#if SNV
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < SNV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, word(q, k));
+    }
+#endif
+#if EB == 2 && VECTOR
+    m = max(m & 0xffffu, m >> 16);
+#endif
+    return from_bits(m);
+}
+
+__device__ __forceinline__ float block_reduce_max(float v, float* red) {
+    v = warp_max(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = red[0];
+#pragma unroll
+    for (int i = 1; i < THREADS / 32; ++i) v = fmaxf(v, red[i]);
+    return v;
+}
+
+__device__ __forceinline__ float block_reduce_sum(float v, float* red) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = red[0];
+#pragma unroll
+    for (int i = 1; i < THREADS / 32; ++i) v += red[i];
+    return v;
+}
+
+#define NO_EXPONENT (-100000)  // a chunk of zeros: below every real exponent, so it never sets the row's scale
 #endif

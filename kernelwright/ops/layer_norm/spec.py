@@ -8,6 +8,13 @@ from kernelwright.registry import Rung
 
 _T = "kernelwright.ops.layer_norm.triton"
 
+
+def _cuda_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    from kernelwright.ops import _cluster_norm
+
+    return _cluster_norm.limit(size, kwargs)
+
+
 RUNGS = (
     Rung(
         "naive", "triton", f"{_T}:layer_norm_naive",
@@ -32,6 +39,16 @@ RUNGS = (
         "Any width at one read and one write: chunks of a row over cooperating programs exchanging (exponent, "
         "mean) and (exponent, M2) as two 64-bit words each, merged with Chan's formula. Predicted: >= 85% of the "
         "copy ceiling at 64k-256k columns; equal to fused below 8k.",
+    ),
+    Rung(
+        "cluster", "cuda", "kernelwright.ops.layer_norm.cuda:layer_norm_cluster",
+        "CUDA C for Hopper, rms_norm's cluster rung with LayerNorm's statistics: each CTA's (exponent, mean, M2, "
+        "count) of its chunk (held in registers and, for wide 16-bit rows, shared memory) meets its partners' in "
+        "distributed shared memory at one cluster barrier and merges by Chan's formula; w and b read from L2 in "
+        "the output. Predicted: above split's 3.32 / 2.95 TB/s at 4096x65536 / 1024x262144 bf16, below rms "
+        "norm's cluster rung (3.65 / 3.19, run 59) by the bias reads and a third block reduction: 3.4-3.6 / "
+        "3.0-3.2. Not yet run on a GPU (session 14).",
+        needs="hopper", limit=_cuda_limit, artifacts="kernelwright.ops.layer_norm.cuda:inspect_artifacts",
     ),
 )
 

@@ -48,80 +48,6 @@ static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 t
 static_assert(CLUSTER >= 1 && CLUSTER <= 16, "cluster sizes to 16 (past 8: non-portable, set at launch)");
 static_assert(SNV == 0 || VECTOR, "shared-memory vectors: the 16-byte path");
 
-// Exponent arithmetic without library calls (frexpf, ldexpf, IEEE sqrt and division are calls on sm_90, and
-// around them bf16's configurations spilled 24-56 bytes a thread):
-__device__ __forceinline__ float exp2i(int n) {  // 2^n, exactly, for n in [-126, 127]; 0 below, +inf above
-    return n < -126 ? 0.0f : n > 127 ? __int_as_float(0x7f800000) : __int_as_float((n + 127) << 23);
-}
-__device__ __forceinline__ int exponent_of(float a) {  // e with a = f 2^e, f in [0.5, 1), for finite a > 0
-    const unsigned b = __float_as_uint(a);
-    if (b >= 0x00800000u) return (int)(b >> 23) - 126;
-    return (int)(__float_as_uint(a * 16777216.0f) >> 23) - 150;  // subnormal: scaled by 2^24 first
-}
-__device__ __forceinline__ float rsqrt_accurate(float v) {  // 1 / sqrt(v): MUFU.RSQ and one Newton step
-    const float r = rsqrtf(v);
-    return v > 0.0f && v < __int_as_float(0x7f800000) ? r * fmaf(-0.5f * v * r, r, 1.5f) : r;
-}
-
-// the largest |x| of this thread's words (registers, then shared memory once its copies have landed), found on the
-// raw bits: a magnitude's bits order as its value (NaN above Inf), so two 16-bit magnitudes a word take one packed
-// integer max and nothing is unpacked here (unpacked, the values stayed live into the sum and bf16 spilled)
-#if EB == 4
-#define ABS_MASK 0x7fffffffu
-#elif VECTOR
-#define ABS_MASK 0x7fff7fffu
-#else
-#define ABS_MASK 0x7fffu
-#endif
-__device__ __forceinline__ unsigned max_magnitude(unsigned m, unsigned w) {
-#if EB == 2 && VECTOR
-    return __vmaxu2(m, w & ABS_MASK);
-#else
-    return max(m, w & ABS_MASK);
-#endif
-}
-__device__ __forceinline__ float chunk_amax(const unsigned (&w)[NV][WORDS]) {
-    unsigned m = 0;
-#pragma unroll
-    for (int j = 0; j < NV; ++j)
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, w[j][k]);
-#if SNV
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-#pragma unroll
-    for (int j = 0; j < SNV; ++j) {
-        const uint4 q = held[j * THREADS + threadIdx.x];
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, word(q, k));
-    }
-#endif
-#if EB == 2 && VECTOR
-    m = max(m & 0xffffu, m >> 16);
-#endif
-    return from_bits(m);
-}
-
-__device__ __forceinline__ float block_reduce_max(float v, float* red) {
-    v = warp_max(v);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = red[0];
-#pragma unroll
-    for (int i = 1; i < NWARPS; ++i) v = fmaxf(v, red[i]);
-    return v;
-}
-
-__device__ __forceinline__ float block_reduce_sum(float v, float* red) {
-    v = warp_sum(v);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    v = red[0];
-#pragma unroll
-    for (int i = 1; i < NWARPS; ++i) v += red[i];
-    return v;
-}
-
-#define NO_EXPONENT (-100000)  // a chunk of zeros: below every real exponent, so it never sets the row's scale
 // 2. (e, sum of (x 2^-e)^2) of the CTA's chunk. 2^-e as two factors, each a normal float for any exponent of a
 //    finite input (e in [-148, 128]); a chunk of zeros (past the row's end, or zero inputs) reports NO_EXPONENT
 //    and sum 0; an Inf or NaN makes the sum Inf or NaN, as the reference's (fmaxf skips NaN: the sum does not)
@@ -185,27 +111,9 @@ __device__ __forceinline__ float row_rstd(float2* slot, float2 es, float inv_n, 
 #else
     (void)slot;
 #endif
-    // m = mean(x^2) 4^-k lies in [1 / (4n), 1] (S >= 1/4: the largest chunk's largest term), or is 0 for a row of
-    // zeros (k = NO_EXPONENT); a factor 4^d below 2^-126 in S drops only terms far below the result's rounding.
-    // rstd = 2^-k / sqrt(m + eps 4^-k), 2^-k applied as two factors (each a normal float for |k| <= 252).
-    const int k = (int)E;
-    const float m = S * inv_n;
-    const float e4 = eps > 0.0f ? eps * exp2i(-2 * k) : 0.0f;  // eps 4^-k, +inf past fp32's range
-    if (e4 > 1.8446744e19f * m) return rsqrt_accurate(eps);  // mean(x^2) below eps's rounding, or zeros
-    return rsqrt_accurate(m + e4) * exp2i(-(k / 2)) * exp2i(-(k - k / 2));
-}
-
-// x is unpacked again for the output by byte permutes, not the shifts the sum of squares used: with the same
-// shifts ptxas keeps the values unpacked for the sum alive until the store, twice the registers of the words (16-bit
-// types spilled 24-104 bytes a thread, sm_90)
-__device__ __forceinline__ float elem_again(unsigned w, int i) {
-#if DTYPE == 2
-    return __uint_as_float(__byte_perm(w, 0u, i == 0 ? 0x1044u : 0x3244u));
-#elif DTYPE == 1
-    return from_bits(__byte_perm(w, 0u, i == 0 ? 0x4410u : 0x4432u));
-#else
-    return __uint_as_float(__byte_perm(w, 0u, 0x3210u));  // the identity, as ptxas cannot see
-#endif
+    // mean(x^2) 4^-k lies in [1 / (4n), 1] (S >= 1/4: the largest chunk's largest term), or is 0 for a row of
+    // zeros (k = NO_EXPONENT); a factor 4^d below 2^-126 in S drops only terms far below the result's rounding
+    return rstd_scaled((int)E, S * inv_n, eps);
 }
 
 // 4. y = x * rstd * w' for one 16-byte vector (or one element) at column col

@@ -1,0 +1,87 @@
+"""What the normalisation families' CUDA ``cluster`` rungs (rms_norm, layer_norm; Hopper) share: launch shapes
+(the softmax cluster rung's :func:`kernelwright.ops.softmax.cuda.cluster_config` and its switches, since the kernels
+hold a row the same way), compile options, the driver's check for clusters past 8, the launch and ``kw inspect``'s
+artifacts. Each family's ``cuda.py`` names its source, kernel and extra defines."""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import torch
+
+from kernelwright.backends import nvrtc
+from kernelwright.ops.softmax import cuda as sc
+
+MAX_COLS = sc.MAX_COLS
+_SHAPE_DEFINES = ("DTYPE", "VECTOR", "NV", "THREADS", "CLUSTER", "MIN_BLOCKS", "HINTS", "SNV")
+
+
+def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    d = size[-1] if size else 1
+    if d > MAX_COLS:
+        return f"cluster: a row of {d} columns exceeds {MAX_COLS} (the CTAs of a cluster hold it on chip)"
+    return None
+
+
+def options(cfg: sc.ClusterConfig, dtype: torch.dtype, extra: tuple[str, ...]) -> nvrtc.CompileOptions:
+    """The softmax rung's defines for the shape (register budget, shared-memory vectors, hints), less its own, and
+    the family's ``extra`` (``NAME=VALUE``)."""
+    keep = [d for d in sc.options(cfg, dtype).defines if d.split("=")[0] in _SHAPE_DEFINES]
+    return nvrtc.CompileOptions(defines=(*keep, *extra))
+
+
+@functools.cache
+def compiled(source: Path, name: str, opts: nvrtc.CompileOptions) -> nvrtc.CudaKernel:
+    return nvrtc.CudaKernel(nvrtc.read_source(source), name, opts, what=str(source))
+
+
+def plan(kernel_for, x2: torch.Tensor, y2: torch.Tensor, vectors: tuple[torch.Tensor, ...]) -> sc.ClusterConfig:
+    """The launch shape for rows ``x2`` into ``y2`` with per-column ``vectors`` (weight, bias: 16-byte aligned for
+    the 16-byte path); ``kernel_for(cfg)`` the kernel of a shape, for the driver's check past 8 CTAs."""
+    vector = sc.aligned(x2, y2) and all(v.data_ptr() % 16 == 0 for v in vectors)
+    args = (x2.shape[1], x2.element_size(), vector)
+    cfg = sc.cluster_config(*args)
+    if sc.launch_cluster(cfg) and not sc.holds(kernel_for(cfg), x2.device, cfg):
+        cfg = sc.cluster_config(*args, nonportable=False)
+    return cfg
+
+
+def launch(kernel_for, x2: torch.Tensor, y2: torch.Tensor, vectors: tuple[torch.Tensor, ...],
+           stats: tuple[torch.Tensor, ...], eps: float) -> None:
+    """Run ``kernel_for(cfg)`` over the rows of ``x2`` [R, D] (unit column stride) into ``y2``: arguments x, the
+    ``vectors``, y, the ``stats`` buffers (fp32 [R] each, or stand-ins when not saved), D, the row strides, eps
+    and 1 / D."""
+    R, D = x2.shape
+    if R == 0 or D == 0:
+        return
+    if D > MAX_COLS:
+        raise ValueError(f"x: rows of {D} columns exceed the cluster rung's {MAX_COLS}")
+    cfg = plan(kernel_for, x2, y2, vectors)
+    grid = R * cfg.cluster
+    if grid >= 2**31:
+        raise ValueError(f"x: {R} rows x {cfg.cluster} CTAs exceed the grid's 2^31 - 1 blocks")
+    args = (x2, *vectors, y2, *stats, D, x2.stride(0), y2.stride(0), float(eps), 1.0 / D)
+    kernel_for(cfg).launch((grid,), (cfg.threads,), args, shared_mem=sc.smem_bytes(cfg),
+                           cluster=sc.launch_cluster(cfg))
+
+
+def artifact(kernel_for, name: str, n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1) -> dict:
+    """What :func:`launch` would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed)."""
+    cfg = sc.cluster_config(n_cols, torch.finfo(dtype).bits // 8, vector)
+    return {"kernel": name, "cubin": kernel_for(cfg).cubin, "threads_per_block": cfg.threads,
+            "dynamic_smem": sc.smem_bytes(cfg), "grid": (rows * cfg.cluster, 1, 1), "config": cfg}
+
+
+def inspect_artifacts(artifact_fn, source: Path, size: tuple[int, ...], dtype: torch.dtype) -> list:
+    """``kw inspect FAMILY --variant cluster``: the kernel the launcher would run for ``size``."""
+    from kernelwright.harness.inspect import Artifact
+
+    n, rows = size[-1], max(1, math.prod(size[:-1]))
+    vector = n % (16 // (torch.finfo(dtype).bits // 8)) == 0
+    art = artifact_fn(n, dtype, vector, rows=rows)
+    cfg = art["config"]
+    return [Artifact(kernel=art["kernel"], cubin=art["cubin"], threads_per_block=art["threads_per_block"],
+                     dynamic_smem=art["dynamic_smem"], grid=art["grid"], source=str(source),
+                     note=f"{cfg.cluster} CTAs a row, {cfg.threads} threads, {cfg.nv} + {cfg.snv} accesses a thread")]

@@ -1,0 +1,119 @@
+"""The layer_norm cluster rung (CUDA C, Hopper): every configuration the launcher can pick compiles for sm_90
+(no spills on the 16-byte path, no library calls), rows wider than it takes are refused by name, and on an
+H100/H200 it matches a float64 reference on aligned and unaligned widths up to 262,144 columns, with the saved mean
+and rstd, constant rows, a large offset against a small spread, extreme magnitudes, and in two runs bit for bit.
+(The family fuzz, tests/test_ladders.py, covers it too when run on a Hopper GPU.)"""
+
+import pytest
+import torch
+
+from kernelwright import runtime
+from kernelwright.harness.verify import compare
+from kernelwright.ops.layer_norm import cuda as lc
+from kernelwright.ops.softmax import cuda as sc
+from kernelwright.registry import get_family
+
+FAM = get_family("layer_norm")
+
+CONFIGS = [(n, dt, v) for dt in (torch.bfloat16, torch.float16, torch.float32) for v in (True, False)
+           for n in (7, 4096, 32769, 65536, 262144) if not (v and n % (16 // dt.itemsize))]
+
+
+@pytest.mark.parametrize(("n", "dtype", "vector"), CONFIGS)
+@pytest.mark.parametrize("save", [False, True], ids=["plain", "stats"])
+def test_every_config_compiles_for_sm90(n, dtype, vector, save):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    art = lc.artifact(n, dtype, vector, save_stats=save)
+    rep = ki.analyze(ki.Artifact("layer_norm_cluster", art["cubin"], art["threads_per_block"]))
+    assert rep.registers <= 64, rep.registers
+    if vector:
+        assert rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, "spills"
+    else:  # one element an access (unaligned rows): 32 columns' addresses for x, w, b and y, some on the stack
+        assert rep.stack_bytes <= 160, rep.stack_bytes
+    assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == (2 if art["config"].cluster > 1 else 0)
+    assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
+
+
+def test_rows_wider_than_the_rung_are_refused_by_name():
+    rung = FAM.rung("cluster")
+    assert rung.needs == "hopper" and rung.backend == "cuda"
+    assert rung.refusal((4, 262144), {}) is None
+    why = rung.refusal((4, 262145), {})
+    assert why and "262145" in why and "cluster" in why
+    assert "cluster" not in FAM.preferred((4096, 65536), {})  # not timed yet: variant=None never picks it
+
+
+def test_kw_inspect_gets_the_kernel_the_launcher_would_run():
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    (art,) = lc.inspect_artifacts((1024, 262144), torch.bfloat16)
+    assert (art.threads_per_block, art.grid, art.dynamic_smem) == (512, (4096, 1, 1), 8 * 512 * 16)
+
+
+hopper = pytest.mark.skipif(not runtime.is_hopper(),
+                            reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
+WIDTHS = [1, 7, 8, 1000, 4097, 8192, 32768, 32776, 65536, 131072, 262143, 262144]
+
+
+def _check(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float = 1e-5):
+    out = torch.full_like(x, float("nan"))  # poisoned: an element never written fails
+    rows = x.numel() // x.shape[-1]
+    mean = torch.full((rows,), float("nan"), device=x.device)
+    rstd = torch.full((rows,), float("nan"), device=x.device)
+    x_before = x.clone()
+    lc.layer_norm_cluster(x, w, b, eps, out=out, stats=(mean, rstd))
+    x64 = x.double()
+    ref = FAM.reference(x64, w.double(), b.double(), eps)
+    cmp = compare(out, ref, FAM.tolerances[x.dtype], FAM.error_scale(x64, w.double(), b.double(), eps=eps))
+    assert cmp.ok, f"{tuple(x.shape)} {x.dtype}: {cmp.reason}"
+    m64 = x64.mean(-1).reshape(-1)
+    r64 = torch.rsqrt(x64.var(-1, unbiased=False) + eps).reshape(-1)
+    spread = (x64 - x64.mean(-1, keepdim=True)).abs().amax(-1).reshape(-1)
+    assert ((mean.double() - m64).abs() <= 1e-5 * (m64.abs() + spread) + 1e-30).all(), "saved mean"
+    assert torch.allclose(rstd.double(), r64, rtol=5e-5, atol=0), "saved rstd"
+    assert torch.equal(x, x_before), "the input changed"
+    again = torch.full_like(x, float("nan"))
+    lc.layer_norm_cluster(x, w, b, eps, out=again)
+    bits = torch.int16 if x.element_size() == 2 else torch.int32
+    assert torch.equal(out.view(bits), again.view(bits)), "two runs differ: a race"
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("n", WIDTHS)
+def test_matches_float64_at_every_width(n, dtype):
+    rows = max(1, min(37, (1 << 22) // n))
+    x = torch.randn(rows, n, device="cuda").mul_(3).add_(1).to(dtype)
+    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    _check(x, w, b)
+    if n >= 8:  # an unaligned row start: the one-element path
+        xs = torch.randn(rows, n + 1, device="cuda").to(dtype)[:, 1:]
+        assert not sc.aligned(xs, xs)
+        _check(xs, w, b)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_constant_rows_offsets_and_extreme_magnitudes(dtype):
+    n = 262144 if dtype == torch.bfloat16 else 65536  # clusters of several CTAs
+    x = torch.randn(6, n, device="cuda").to(dtype)
+    x[0] = 0                       # zeros: y = b
+    x[1] = 2.5                     # a constant row: variance 0, y = b
+    x[2] = 1000 + torch.randn(n, device="cuda")  # a large mean against a small spread (Chan's merge)
+    x[3] *= 1e30                   # squares past fp32's range
+    x[4] *= 1e-30                  # a variance below eps
+    x[5, : n // 2] = 0             # a CTA of zeros among partners that are not
+    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    _check(x.to(dtype), w, b)
+
+
+@pytest.mark.gpu
+@hopper
+def test_many_rows_and_3d():
+    w, b = torch.randn(4096, device="cuda").to(torch.bfloat16), torch.randn(4096, device="cuda").to(torch.bfloat16)
+    _check(torch.randn(20000, 4096, device="cuda").to(torch.bfloat16), w, b)
+    w, b = torch.randn(65536, device="cuda").to(torch.bfloat16), torch.randn(65536, device="cuda").to(torch.bfloat16)
+    _check(torch.randn(2, 3, 65536, device="cuda").to(torch.bfloat16), w, b)
