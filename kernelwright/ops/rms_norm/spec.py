@@ -10,9 +10,9 @@ _T = "kernelwright.ops.rms_norm.triton"
 
 
 def _cuda_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
-    from kernelwright.ops.rms_norm import cuda
+    from kernelwright.ops import _cluster_norm
 
-    return cuda.limit(size, kwargs)
+    return _cluster_norm.limit(size, kwargs)
 
 
 RUNGS = (

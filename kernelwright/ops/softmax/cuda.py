@@ -56,8 +56,8 @@ HINTS = False
 """Experiment switch: streaming cache hints on the one-row form's 16-byte path (loads L1::no_allocate and
 L2 evict_first, stores .cs), as the Triton split rung takes past 131072 columns."""
 NONPORTABLE = True
-"""Clusters of up to ``MAX_CLUSTER_NONPORTABLE`` CTAs (1024 rows of 262144 bf16 columns take 16 CTAs of 256
-threads) where the driver says the GPU holds one; off: 8 at most."""
+"""Clusters of up to ``MAX_CLUSTER_NONPORTABLE`` CTAs where the driver says the GPU holds one (with the defaults:
+fp32 rows past 131072 columns and unaligned rows past 131072, e.g. 16 x 512 at 262144); off: 8 at most."""
 VECTORS_A_THREAD = 8  # 16-byte vectors a thread holds (32 registers); 32 elements on the unaligned path
 MAX_COLS = 262144  # 8 CTAs of 1024 threads x 32 elements (fp32, or the one-element path)
 CLUSTER_SIZE: int | None = None
@@ -179,8 +179,8 @@ def resident_clusters(cfg: ClusterConfig, regs: int, sms: int, static_smem: int 
 
 
 def aligned(x2: torch.Tensor, y2: torch.Tensor) -> bool:
-    """16-byte accesses need whole vectors in every row and 16-byte-aligned row starts (also the rms_norm cluster
-    rung's test)."""
+    """16-byte accesses need whole vectors in every row and 16-byte-aligned row starts (also the norm cluster
+    rungs' test)."""
     elt = x2.element_size()
     vec = 16 // elt
     return (x2.shape[1] % vec == 0 and all(t.data_ptr() % 16 == 0 and (t.stride(0) * elt) % 16 == 0
@@ -201,7 +201,7 @@ _holds_cache: dict[tuple, bool] = {}  # (kernel, device, config) -> whether the 
 def holds(kernel: nvrtc.CudaKernel, device: torch.device, cfg: ClusterConfig) -> bool:
     """Whether CUDA device ``device`` can run ``kernel`` in a cluster of ``cfg`` set at launch (past 8 CTAs, sizes
     are the GPU's choice: the driver counts how many it holds at once; an error or 0 means no). Also for the
-    rms_norm cluster rung, which launches the same shapes."""
+    norm cluster rungs (:mod:`kernelwright.ops._cluster_norm`), which launch the same shapes."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (id(kernel), index, cfg)
     if key not in _holds_cache:
