@@ -27,6 +27,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmscluster # session 14: the rms_norm cluster rung, then the
 #                                                              # attention backward's GPU tests with what is left
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmswg      # the rms cluster rung's W_GROUP 1 / 2 / 4
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh wstage       # both norm cluster rungs' tests, w staged in
+#                                                                # shared memory or not, fp16 / fp32
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -189,13 +191,31 @@ case "${1:-fwd}" in
     step 60 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_ladders.py -k "norm and cluster"
     grep -E "passed|failed" "$LOG" | tail -2
     for g in 1 2 4; do
-      step 40 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.cuda.W_GROUP=$g -- bench \
+      step 40 python3 benchmarks/experiments/switch_bench.py kernelwright.ops._cluster_norm.W_GROUP=$g -- bench \
         rms_norm --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers \
         --max-seconds 0.3
       echo "   (W_GROUP=$g)" | tee -a "$LOG"
     done
     [ "${1}" = normcluster ] && step 150 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --max-seconds 0.4
     grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-120
+    ;;
+  wstage)
+    # session 15, after run 60 (rms: w of 4 accesses in flight won, now the default for both norm cluster rungs;
+    # layer_norm's cluster rung first run, 2.94 / 2.65 TB/s at the wide shapes, below split). Both rungs' GPU tests
+    # (store_chunk shared now), then w staged in shared memory off and on, each in its own process, bf16 at the
+    # shapes the cluster rung can lead; then fp16 / fp32 for variant=None's choice by dtype
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py \
+      tests/test_layer_norm_cluster.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    NS="16384x8192,16384x16384,4096x65536,1024x262144"
+    for st in False True; do
+      step 90 python3 benchmarks/experiments/switch_bench.py kernelwright.ops._cluster_norm.W_STAGE=$st -- bench \
+        rms_norm layer_norm --dtypes bf16 --sizes "$NS" --variant cluster --variant split --no-peers --max-seconds 0.3
+      echo "   (W_STAGE=$st)" | tee -a "$LOG"
+    done
+    step 120 python3 -m kernelwright.cli bench rms_norm layer_norm --dtypes fp16,fp32 --sizes "$NS" \
+      --variant cluster --variant split --variant fused --no-peers --max-seconds 0.3
+    grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \

@@ -20,15 +20,8 @@ from kernelwright.ops.softmax import cuda as sc
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_COLS = cn.MAX_COLS
 limit = cn.limit
-W_GROUP = 1
-"""Experiment switch: weight vectors a thread loads together before their stores (1: each store waits for its own
-L2 round trip, 3.65 / 3.19 TB/s at 4096x65536 / 1024x262144 bf16 in run 59, whose kernel also had a compiler
-barrier after each store, since removed: the SASS keeps the same load-store order). 2 and 4 spill 8-16 bytes at
-262144 (sm_90); not timed yet."""
-
-
 def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats: bool):
-    extra = (f"OFFSET={int(offset)}", f"SAVE_STATS={int(save_stats)}", f"WG={W_GROUP}")
+    extra = (f"OFFSET={int(offset)}", f"SAVE_STATS={int(save_stats)}")
     return cn.compiled(SOURCE, "rms_norm_cluster", cn.options(cfg, dtype, extra))
 
 

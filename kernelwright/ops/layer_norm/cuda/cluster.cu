@@ -166,6 +166,9 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
+#if WSTAGE && VECTOR
+    stage_weight(w_, base, n_cols);  // (rows.cuh; experiment switch W_STAGE)
+#endif
     const float2 mr = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m), inv_n, eps);  // 2-3.
 #if SAVE_STATS
     if (base == 0 && tid == 0) mean_[row] = mr.x, rstd_[row] = mr.y;
@@ -178,30 +181,11 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
     // 4. store
 #if VECTOR
     uint4* yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)row * y_stride * EB);
-    const uint4* wr = static_cast<const uint4*>(w_);
-    const uint4* br = static_cast<const uint4*>(b_);
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        const int col = base + (j * THREADS + tid) * VEC;
-        if (col < n_cols) {
-            const uint4 wq = __ldg(wr + col / VEC), bq = __ldg(br + col / VEC);
-            store_vector(yr + col / VEC, make_uint4(affine_word(w[j][0], wq.x, bq.x, mr),
-                                                    affine_word(w[j][1], wq.y, bq.y, mr),
-                                                    affine_word(w[j][2], wq.z, bq.z, mr),
-                                                    affine_word(w[j][3], wq.w, bq.w, mr)));
-        }
-    }
-#if SNV
-#pragma unroll 1
-    for (int j = 0; j < SNV; ++j) {
-        const int col = base + ((NV + j) * THREADS + tid) * VEC;
-        if (col < n_cols) {
-            const uint4 q = held[j * THREADS + tid], wq = __ldg(wr + col / VEC), bq = __ldg(br + col / VEC);
-            store_vector(yr + col / VEC, make_uint4(affine_word(q.x, wq.x, bq.x, mr), affine_word(q.y, wq.y, bq.y, mr),
-                                                    affine_word(q.z, wq.z, bq.z, mr), affine_word(q.w, wq.w, bq.w, mr)));
-        }
-    }
-#endif
+    const uint4* const wb[2] = {static_cast<const uint4*>(w_), static_cast<const uint4*>(b_)};
+    store_chunk(w, yr, wb, base, n_cols, [=](uint4 q, const uint4 (&p)[2]) {  // (rows.cuh)
+        return make_uint4(affine_word(q.x, p[0].x, p[1].x, mr), affine_word(q.y, p[0].y, p[1].y, mr),
+                          affine_word(q.z, p[0].z, p[1].z, mr), affine_word(q.w, p[0].w, p[1].w, mr));
+    });
 #else
 #if EB == 4
     unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;

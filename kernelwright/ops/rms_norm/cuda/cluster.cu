@@ -39,9 +39,6 @@
 
 #include "../../_cuda/rows.cuh"  // element formats, cluster primitives, warp reductions, vector loads and stores
 
-#ifndef WG
-#define WG 1  // w vectors loaded together in the store (see W_GROUP in ../cuda.py)
-#endif
 #define NWARPS (THREADS / 32)
 #define CHUNK (THREADS * (NV + SNV) * VEC)
 static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads");
@@ -141,6 +138,9 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
+#if WSTAGE && VECTOR
+    stage_weight(w_, base, n_cols);  // (rows.cuh; experiment switch W_STAGE)
+#endif
     // 2-3.
     const float rstd = row_rstd(&part, block_stats(w, red_a, red_s), inv_n, eps);
 #if SAVE_STATS
@@ -154,46 +154,11 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
     // 4. store
 #if VECTOR
     uint4* yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)row * y_stride * EB);
-    const uint4* wr = static_cast<const uint4*>(w_);
-    // w in groups of WG vectors, their loads issued together (one at a time, each store waited for an L2 round
-    // trip: 3.19 TB/s at 1024x262144 bf16, run 59)
-#pragma unroll
-    for (int g = 0; g < NV; g += WG) {
-        uint4 wq[WG];
-#pragma unroll
-        for (int j = g; j < g + WG && j < NV; ++j) {
-            const int col = base + (j * THREADS + tid) * VEC;
-            wq[j - g] = col < n_cols ? __ldg(wr + col / VEC) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int j = g; j < g + WG && j < NV; ++j) {
-            const int col = base + (j * THREADS + tid) * VEC;
-            const uint4 q = wq[j - g];
-            if (col < n_cols)
-                store_vector(yr + col / VEC, make_uint4(scale_word(w[j][0], q.x, rstd), scale_word(w[j][1], q.y, rstd),
-                                                        scale_word(w[j][2], q.z, rstd), scale_word(w[j][3], q.w, rstd)));
-        }
-    }
-#if SNV
-#pragma unroll 1
-    for (int g = 0; g < SNV; g += WG) {
-        uint4 wq[WG];
-#pragma unroll
-        for (int j = 0; j < WG; ++j) {
-            const int col = base + ((NV + g + j) * THREADS + tid) * VEC;
-            wq[j] = g + j < SNV && col < n_cols ? __ldg(wr + col / VEC) : make_uint4(0u, 0u, 0u, 0u);
-        }
-#pragma unroll
-        for (int j = 0; j < WG; ++j) {
-            const int col = base + ((NV + g + j) * THREADS + tid) * VEC;
-            if (g + j < SNV && col < n_cols) {
-                const uint4 q = held[(g + j) * THREADS + tid];
-                store_vector(yr + col / VEC, make_uint4(scale_word(q.x, wq[j].x, rstd), scale_word(q.y, wq[j].y, rstd),
-                                                        scale_word(q.z, wq[j].z, rstd), scale_word(q.w, wq[j].w, rstd)));
-            }
-        }
-    }
-#endif
+    const uint4* const wr[1] = {static_cast<const uint4*>(w_)};
+    store_chunk(w, yr, wr, base, n_cols, [=](uint4 q, const uint4 (&wq)[1]) {  // (rows.cuh)
+        return make_uint4(scale_word(q.x, wq[0].x, rstd), scale_word(q.y, wq[0].y, rstd),
+                          scale_word(q.z, wq[0].z, rstd), scale_word(q.w, wq[0].w, rstd));
+    });
 #else
 #if EB == 4
     unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;
