@@ -138,7 +138,7 @@ class Family:
     """which compute ceiling applies: ``vector`` (CUDA-core fp32) or ``tensor`` (the dtype's matmul rate)"""
     baseline: str = "torch"
     """the rung or peer that speedups are measured against (torch eager)"""
-    choose: Callable[[tuple[int, ...], dict], list[str]] | None = None
+    choose: Callable[[tuple[int, ...], dict, torch.dtype | None], list[str]] | None = None
     """rung names best-first for a case; default: the ladder from the top"""
     scale_axis: tuple[str, Callable[[tuple[int, ...]], float]] | None = None
     """(label, size -> x) for the report's scaling chart; default: minimum bytes moved"""
@@ -159,10 +159,11 @@ class Family:
             f"variant: family {self.name!r} has no rung {name!r}; rungs: {', '.join(r.name for r in self.rungs)}"
         )
 
-    def preferred(self, size: tuple[int, ...], kwargs: dict) -> list[str]:
-        """Rung names to try for a case, best first (``variant=None`` in the ops takes the first that runs)."""
+    def preferred(self, size: tuple[int, ...], kwargs: dict, dtype: torch.dtype | None = None) -> list[str]:
+        """Rung names to try for a case, best first (``variant=None`` in the ops takes the first that runs); the
+        choice may depend on ``dtype`` where given."""
         if self.choose is not None:
-            return self.choose(size, kwargs)
+            return self.choose(size, kwargs, dtype)
         return [r.name for r in reversed(self.rungs)]
 
 

@@ -42,7 +42,9 @@ def test_rows_wider_than_the_rung_are_refused_by_name():
     assert rung.refusal((4, 262144), {}) is None
     why = rung.refusal((4, 262145), {})
     assert why and "262145" in why and "cluster" in why
-    assert "cluster" not in FAM.preferred((4096, 65536), {})  # not timed yet: variant=None never picks it
+    # variant=None: where it led on the H200 (runs 60-61), 8192 to 16384 columns in every dtype
+    assert [FAM.preferred((64, d), {}, torch.float16)[0] for d in (4096, 8192, 16384, 16392, 65536, 262144)] == \
+        ["fused", "cluster", "cluster", "split", "split", "split"]
 
 
 def test_kw_inspect_gets_the_kernel_the_launcher_would_run():

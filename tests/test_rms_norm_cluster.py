@@ -51,9 +51,15 @@ def test_rows_wider_than_the_rung_are_refused_by_name():
     assert why and "262145" in why and "cluster" in why
 
 
-def test_auto_keeps_the_measured_rungs():
-    # the rung has not been timed on the GPU yet: variant=None never picks it
-    assert "cluster" not in FAM.preferred((4096, 65536), {})
+def test_auto_takes_the_rung_where_it_led_on_the_h200():
+    bf16, fp32 = torch.bfloat16, torch.float32
+    for d in (8192, 16384, 65536):  # runs 60-61: 4.01-4.07 TB/s against split's 3.58-3.85 (bf16)
+        assert FAM.preferred((4096, d), {}, bf16)[0] == "cluster", d
+    assert FAM.preferred((8, 65536), {}, fp32)[0] == "split"  # fp32: 3.39 against 3.66
+    assert FAM.preferred((8, 262144), {}, bf16)[0] == "split"  # 3.40 against 3.39-3.45: no lead
+    assert FAM.preferred((8, 65528), {}, bf16)[0] == "cluster" and FAM.preferred((8, 65532), {}, bf16)[0] == "split"
+    assert FAM.preferred((8, 4096), {}, bf16)[0] == "fused"
+    assert FAM.preferred((8, 32768), {})[0] == "split"  # no dtype: the choice for every dtype
 
 
 hopper = pytest.mark.skipif(not runtime.is_hopper(),

@@ -27,8 +27,9 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmscluster # session 14: the rms_norm cluster rung, then the
 #                                                              # attention backward's GPU tests with what is left
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmswg      # the rms cluster rung's W_GROUP 1 / 2 / 4
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh wstage       # both norm cluster rungs' tests, w staged in
-#                                                                # shared memory or not, fp16 / fp32
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh wstage       # run 61: both norm cluster rungs' tests, fp16/32
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normshape    # the norms' GPU tests, the cluster rungs' shapes
+#                                                                # at wide rows, both sweeps (carry .whl)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -200,21 +201,33 @@ case "${1:-fwd}" in
     grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-120
     ;;
   wstage)
-    # session 15, after run 60 (rms: w of 4 accesses in flight won, now the default for both norm cluster rungs;
-    # layer_norm's cluster rung first run, 2.94 / 2.65 TB/s at the wide shapes, below split). Both rungs' GPU tests
-    # (store_chunk shared now), then w staged in shared memory off and on, each in its own process, bf16 at the
-    # shapes the cluster rung can lead; then fp16 / fp32 for variant=None's choice by dtype
+    # session 15, run 61 (after run 60: rms's w of 4 accesses in flight won, the default for both norm cluster
+    # rungs): both rungs' GPU tests, w staged in shared memory off / on (the switch W_STAGE, refuted by this run and
+    # removed since), fp16 / fp32 for variant=None's choice by dtype
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py \
       tests/test_layer_norm_cluster.py
-    grep -E "passed|failed" "$LOG" | tail -1
     NS="16384x8192,16384x16384,4096x65536,1024x262144"
-    for st in False True; do
-      step 90 python3 benchmarks/experiments/switch_bench.py kernelwright.ops._cluster_norm.W_STAGE=$st -- bench \
-        rms_norm layer_norm --dtypes bf16 --sizes "$NS" --variant cluster --variant split --no-peers --max-seconds 0.3
-      echo "   (W_STAGE=$st)" | tee -a "$LOG"
-    done
     step 120 python3 -m kernelwright.cli bench rms_norm layer_norm --dtypes fp16,fp32 --sizes "$NS" \
       --variant cluster --variant split --variant fused --no-peers --max-seconds 0.3
+    ;;
+  normshape)
+    # session 15, after run 61 (variant=None now takes the cluster rung where it led): the norms' GPU tests (the
+    # public ops through the new choice; not run since session 11) and the cluster rungs'; then the cluster rungs'
+    # launch shapes at the wide rows, where layer norm trails split: no shared-memory vectors (clusters of 2 / 8
+    # CTAs of 512), CTAs of 256 (4 / 16), of 1024 (1 / 4), each in its own process; then both families' sweeps
+    # with every rung and peer (carry .whl for Liger)
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_ladders.py -k "norm"
+    step 300 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py tests/test_rms_norm_cluster.py \
+      tests/test_layer_norm_cluster.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    for sw in "SMEM_VECTORS=8" "SMEM_VECTORS=0" "MAX_THREADS_SPLIT=256 SMEM_VECTORS=0" \
+              "MAX_THREADS_SPLIT=1024 SMEM_VECTORS=0"; do
+      args=""; for a in $sw; do args="$args kernelwright.ops.softmax.cuda.$a"; done
+      step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench rms_norm layer_norm --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+      echo "   ($sw)" | tee -a "$LOG"
+    done
+    step 200 python3 -m kernelwright.cli bench rms_norm layer_norm --dtypes bf16 --max-seconds 0.4
     grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   fwd)

@@ -16,16 +16,12 @@ from kernelwright.ops.softmax import cuda as sc
 
 MAX_COLS = sc.MAX_COLS
 _SHAPE_DEFINES = ("DTYPE", "VECTOR", "NV", "THREADS", "CLUSTER", "MIN_BLOCKS", "HINTS", "SNV")
-SMEM_LIMIT = 227 * 1024  # dynamic shared memory a CTA may have on sm_90
 
 W_GROUP = 4
 """Per-column 16-byte vectors (w; w and b) a thread loads together before their stores (rows.cuh's
 ``store_chunk``: 4 for rms_norm's w of 4 accesses, 2 accesses' w and b for layer_norm, which spilled ~100 bytes
 with 4 accesses'). Run 60, rms_norm bf16 TB/s at 4096x65536 / 1024x262144: 1 (each store waiting for its own L2
 round trip) 3.66 / 3.16, 2: 3.82 / 3.38, 4: 3.89 / 3.40."""
-W_STAGE = False
-"""Experiment switch: copy the CTA's part of w to shared memory by cp.async while x loads (the store then reads
-it there, no L2 round trip on its path), where the shared memory allows it (16-byte path). Not timed yet."""
 
 
 def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
@@ -39,22 +35,7 @@ def options(cfg: sc.ClusterConfig, dtype: torch.dtype, extra: tuple[str, ...]) -
     """The softmax rung's defines for the shape (register budget, shared-memory vectors, hints), less its own, and
     the family's ``extra`` (``NAME=VALUE``)."""
     keep = [d for d in sc.options(cfg, dtype).defines if d.split("=")[0] in _SHAPE_DEFINES]
-    store = (f"WG={W_GROUP}", f"WSTAGE={int(staged(cfg))}")
-    return nvrtc.CompileOptions(defines=(*keep, *store, *extra))
-
-
-def staged(cfg: sc.ClusterConfig) -> bool:
-    """Whether w is staged in shared memory for this shape (:data:`W_STAGE`, the 16-byte path, and room)."""
-    return W_STAGE and cfg.vector and sc.smem_bytes(cfg) + _stage_bytes(cfg) <= SMEM_LIMIT
-
-
-def _stage_bytes(cfg: sc.ClusterConfig) -> int:
-    return (cfg.nv + cfg.snv) * cfg.threads * 16
-
-
-def smem_bytes(cfg: sc.ClusterConfig) -> int:
-    """Dynamic shared memory a CTA: x's shared-memory vectors, and w's part when staged."""
-    return sc.smem_bytes(cfg) + (_stage_bytes(cfg) if staged(cfg) else 0)
+    return nvrtc.CompileOptions(defines=(*keep, f"WG={W_GROUP}", *extra))
 
 
 @functools.cache
@@ -68,7 +49,7 @@ def plan(kernel_for, x2: torch.Tensor, y2: torch.Tensor, vectors: tuple[torch.Te
     vector = sc.aligned(x2, y2) and all(v.data_ptr() % 16 == 0 for v in vectors)
     args = (x2.shape[1], x2.element_size(), vector)
     cfg = sc.cluster_config(*args)
-    if sc.launch_cluster(cfg) and not sc.holds(kernel_for(cfg), x2.device, cfg, smem_bytes(cfg)):
+    if sc.launch_cluster(cfg) and not sc.holds(kernel_for(cfg), x2.device, cfg):
         cfg = sc.cluster_config(*args, nonportable=False)
     return cfg
 
@@ -88,7 +69,7 @@ def launch(kernel_for, x2: torch.Tensor, y2: torch.Tensor, vectors: tuple[torch.
     if grid >= 2**31:
         raise ValueError(f"x: {R} rows x {cfg.cluster} CTAs exceed the grid's 2^31 - 1 blocks")
     args = (x2, *vectors, y2, *stats, D, x2.stride(0), y2.stride(0), float(eps), 1.0 / D)
-    kernel_for(cfg).launch((grid,), (cfg.threads,), args, shared_mem=smem_bytes(cfg),
+    kernel_for(cfg).launch((grid,), (cfg.threads,), args, shared_mem=sc.smem_bytes(cfg),
                            cluster=sc.launch_cluster(cfg))
 
 
@@ -96,7 +77,7 @@ def artifact(kernel_for, name: str, n_cols: int, dtype: torch.dtype, vector: boo
     """What :func:`launch` would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed)."""
     cfg = sc.cluster_config(n_cols, torch.finfo(dtype).bits // 8, vector)
     return {"kernel": name, "cubin": kernel_for(cfg).cubin, "threads_per_block": cfg.threads,
-            "dynamic_smem": smem_bytes(cfg), "grid": (rows * cfg.cluster, 1, 1), "config": cfg}
+            "dynamic_smem": sc.smem_bytes(cfg), "grid": (rows * cfg.cluster, 1, 1), "config": cfg}
 
 
 def inspect_artifacts(artifact_fn, source: Path, size: tuple[int, ...], dtype: torch.dtype) -> list:

@@ -31,14 +31,33 @@ FUSED_MAX_COLS = 32768
 FUSED_BWD_MAX_COLS = 16384
 """backward ``fused``: x, dy, w and the dweight accumulator of a row in registers, so half the forward's width"""
 FUSED_PREFERRED_COLS = {"add_rms": 16384, "rms_bwd": 1024, "layer_bwd": 1024, "add_rms_bwd": 1024}
-"""``variant=None`` takes ``fused`` up to this width (8192 for kinds not listed), ``split`` up to 16384 columns and
-``chunked`` (where the family has it) above. From the H200 run 7/8 sweeps (bf16, benchmarks/journal/norms.md): at
-16384 columns fused reached 2.57 / 2.19 TB/s (rms / layer) against split's 3.83 / 3.59, but add_rms fused 4.10
-against 3.94; at 65536 and 262144 columns chunked 2.79 / 2.67 (rms) and 2.44 / 2.28 (layer) against split's 2.78 /
-2.13 and 2.08 / 0.95. Backward (run 9, after the fused accumulator fix): fused wins at 1024 columns (rms / layer /
-add_rms 1.96 / 1.37 / 2.07 TB/s against split's 1.13 / 0.82 / 1.37), split at 4096 (3.32 / 2.52 / 3.50 against
-2.74 / 2.24 / 2.83) and they tie at 8192; widths between 1024 and 4096 were not measured."""
-SPLIT_PREFERRED_COLS = 16384
+"""``variant=None`` takes ``fused`` up to this width (8192 for kinds not listed), then ``split`` (the CUDA
+``cluster`` rung first where :func:`cluster_leads`). From the H200 run 7/8 sweeps (bf16, benchmarks/journal/norms.md):
+at 16384 columns fused reached 2.57 / 2.19 TB/s (rms / layer) against split's 3.83 / 3.59, but add_rms fused 4.10
+against 3.94. Backward (run 9, after the fused accumulator fix): fused wins at 1024 columns (rms / layer / add_rms
+1.96 / 1.37 / 2.07 TB/s against split's 1.13 / 0.82 / 1.37), split at 4096 (3.32 / 2.52 / 3.50 against 2.74 / 2.24 /
+2.83) and they tie at 8192; widths between 1024 and 4096 were not measured. Past 16384 columns ``chunked`` came first
+until session 15, although split had overtaken it (runs 59-60, bf16 at 65536 / 262144: rms split 3.58 / 3.40
+against chunked 2.78 / 2.66, layer 3.31 / 2.95 against 2.45 / 2.29)."""
+CLUSTER_COLS = (8192, 16384, 65536)
+"""Where ``variant=None`` takes the Hopper ``cluster`` rung (:func:`cluster_leads`): from the first width, to the
+second, and for rms_norm in 16-bit types to the third."""
+
+
+def cluster_leads(kind: str, d: int, dtype: torch.dtype | None) -> bool:
+    """Whether the CUDA ``cluster`` rung leads for rows of ``d`` columns. H200 runs 60-61 (TB/s, cluster against the
+    best Triton rung): at 8192 and 16384 columns rms_norm and layer_norm in every dtype (bf16 4.01-4.07 against
+    split's 3.60-3.85; fp32 4.07-4.15; the one loss rms fp32 at 8192, 4.07 against fused's 4.17); rms_norm at 65536
+    in bf16 / fp16 (3.91 / 3.88 against split's 3.58 / 3.60) but not fp32 (3.39 against 3.66); neither at 262144
+    (rms 3.40 against split's 3.39-3.45 in 16-bit, 3.09 against 3.67 in fp32) nor layer_norm past 16384 (bf16 3.09
+    against 3.33 at 65536). Widths between those measured follow their neighbours; only widths a multiple of 8
+    (the 16-byte path: the one-element path was never timed)."""
+    if kind not in ("rms", "layer") or d % 8:
+        return False
+    lo, hi, wide = CLUSTER_COLS
+    top = wide if kind == "rms" and dtype in (torch.float16, torch.bfloat16) else hi
+    return lo <= d <= top
+
 
 FORWARD_KINDS = ("rms", "layer", "add_rms")
 KINDS = FORWARD_KINDS + ("rms_bwd", "layer_bwd", "add_rms_bwd")
@@ -72,19 +91,20 @@ def fused_bwd_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
 
 
 def chooser(rungs: tuple[Rung, ...], kind: str):
-    """``choose(size, kwargs)``: best-first rung names by row width, as measured on the H200
-    (:data:`FUSED_PREFERRED_COLS`); only the rungs the family has."""
+    """``choose(size, kwargs, dtype)``: best-first rung names by row width (and dtype, for the cluster rung), as
+    measured on the H200 (:data:`FUSED_PREFERRED_COLS`, :func:`cluster_leads`); only the rungs the family has (the
+    cluster rung, needing Hopper, is skipped elsewhere by ``variant=None``)."""
     names = {r.name for r in rungs}
     fused_max = FUSED_PREFERRED_COLS.get(kind, 8192)
 
-    def choose(size: tuple[int, ...], kwargs: dict) -> list[str]:
+    def choose(size: tuple[int, ...], kwargs: dict, dtype: torch.dtype | None = None) -> list[str]:
         d = size[-1] if size else 1
         if d <= fused_max:
             order = ["fused", "split", "chunked"]
-        elif d <= SPLIT_PREFERRED_COLS:
-            order = ["split", "fused", "chunked"]
         else:
-            order = ["chunked", "split", "fused"]
+            order = ["split", "fused", "chunked"]
+        if cluster_leads(kind, d, dtype):
+            order = ["cluster", *order]
         return [n for n in order + ["naive"] if n in names]
 
     return choose

@@ -86,7 +86,7 @@ def pick_rung(family, variant: str | None, device_type: str, size, kwargs, dtype
         if limit:
             raise UsageError(f"variant {variant!r}: {limit}")
         return rung
-    names = family.preferred(size, kwargs)
+    names = family.preferred(size, kwargs, dtype)
     for name in names:
         rung = family.rung(name)
         if _cannot_run(rung, device_type) is None and not rung.refusal(size, kwargs, dtype):

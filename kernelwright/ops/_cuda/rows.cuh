@@ -174,13 +174,9 @@ __device__ __forceinline__ float elem_again(unsigned w, int i) {
 
 // --- a row chunk held by a CTA (needs NV, THREADS and SNV: the kernels that include this define them) ----------
 #if defined(NV) && defined(THREADS) && defined(SNV)
-#ifndef WSTAGE
-#define WSTAGE 0  // the norms' weight chunk staged in shared memory (see stage_weight)
-#endif
-#if SNV || WSTAGE
+#if SNV
 // the SNV vectors a thread holds in shared memory: slot j * THREADS + tid, read back only by the thread that
-// filled it (its own cp.async.wait_group is all the synchronization they need); with WSTAGE the weight's
-// NV + SNV vectors a thread follow, in the same order
+// filled it (its own cp.async.wait_group is all the synchronization they need)
 extern __shared__ uint4 held[];
 #endif
 
@@ -296,47 +292,18 @@ __device__ __forceinline__ float block_reduce_sum(float v, float* red) {
 #define WG 4  // per-column 16-byte loads a thread has in flight before its stores (see store_chunk)
 #endif
 #if VECTOR
-#if WSTAGE
-#define STAGED (held + SNV * THREADS)
-// WSTAGE: the first per-column vector's (w's) part for this thread's accesses, copied to shared memory by cp.async
-// while the chunk loads (L2 reads, off the store's path; chunk_amax's wait_group covers them)
-__device__ __forceinline__ void stage_weight(const void* w_, int base, int n_cols) {
-    const uint4* wr = static_cast<const uint4*>(w_);
-#pragma unroll
-    for (int j = 0; j < NV + SNV; ++j) {
-        const int col = base + (j * THREADS + (int)threadIdx.x) * VEC;
-        if (col < n_cols)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         ::"r"((unsigned)__cvta_generic_to_shared(STAGED + j * THREADS + threadIdx.x)),
-                           "l"(wr + col / VEC) : "memory");
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-#endif
-
-// per-column vector v at access j (column col): w from shared memory when staged, else through L2
-template <int NP>
-__device__ __forceinline__ uint4 column_vector(const uint4* const (&p)[NP], int v, int j, int col) {
-#if WSTAGE
-    if (v == 0) return STAGED[j * THREADS + threadIdx.x];
-#endif
-    (void)j;
-    return __ldg(p[v] + col / VEC);
-}
-
 // 4. y's vector at access j = out(the held x vector, its NP per-column vectors); the per-column vectors of G =
 //    WG / NP accesses are loaded before their stores, so their L2 round trips overlap (loaded one at a time, every
 //    store waited for its own: rms_norm 3.66 / 3.16 TB/s at 4096x65536 / 1024x262144 bf16; G 4: 3.89 / 3.40, run
 //    60). At 64 registers G 4 with w and b (layer norm) spilled ~100 bytes: WG counts vectors, not accesses.
+//    (w copied to shared memory by cp.async while x loaded, read there by the store: slower everywhere, rms
+//    3.91 -> 3.34 and 3.40 -> 2.37 TB/s at the wide shapes, run 61; removed.)
 template <int NP, typename F>
 __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint4* yr, const uint4* const (&p)[NP],
                                             int base, int n_cols, F out) {
     constexpr int G = WG / NP > 0 ? WG / NP : 1;
     const int tid = threadIdx.x;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#if WSTAGE
-    asm volatile("cp.async.wait_group 0;" ::: "memory");  // the staged weight (SNV 0: nothing waited yet)
-#endif
 #pragma unroll
     for (int g = 0; g < NV; g += G) {
         uint4 q[G][NP];
@@ -344,7 +311,7 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint
         for (int j = g; j < g + G && j < NV; ++j) {
             const int col = base + (j * THREADS + tid) * VEC;
 #pragma unroll
-            for (int v = 0; v < NP; ++v) q[j - g][v] = col < n_cols ? column_vector(p, v, j, col) : zero;
+            for (int v = 0; v < NP; ++v) q[j - g][v] = col < n_cols ? __ldg(p[v] + col / VEC) : zero;
         }
 #pragma unroll
         for (int j = g; j < g + G && j < NV; ++j) {
@@ -362,7 +329,7 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint
             const int col = base + ((NV + g + j) * THREADS + tid) * VEC;
 #pragma unroll
             for (int v = 0; v < NP; ++v)
-                q[j][v] = g + j < SNV && col < n_cols ? column_vector(p, v, NV + g + j, col) : zero;
+                q[j][v] = g + j < SNV && col < n_cols ? __ldg(p[v] + col / VEC) : zero;
         }
 #pragma unroll
         for (int j = 0; j < G; ++j) {

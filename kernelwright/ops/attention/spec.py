@@ -322,7 +322,7 @@ def decode_shaped(size) -> bool:
     return (p.hq // max(p.hkv, 1)) * p.sq <= 64 and p.skv >= 512
 
 
-def choose(size, kwargs) -> list[str]:
+def choose(size, kwargs, dtype=None) -> list[str]:
     order = ["tuned", "exp2", "pipelined", "exp2_lazy", "causal_skip", "flash", "naive"]
     if SPLIT_KV_AUTO and decode_shaped(size):
         return ["split_kv", *order]

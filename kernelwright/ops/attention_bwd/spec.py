@@ -203,7 +203,7 @@ PEERS = (
 )
 
 
-def choose(size, kwargs) -> list[str]:
+def choose(size, kwargs, dtype=None) -> list[str]:
     return ["tuned", "fa2", "naive"]
 
 

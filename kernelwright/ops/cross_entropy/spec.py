@@ -128,7 +128,7 @@ def _liger_cross_entropy():
     return run
 
 
-def choose(size, kwargs) -> list[str]:
+def choose(size, kwargs, dtype=None) -> list[str]:
     # H200 run 8 (bf16, 1k-8k rows, 32k-262k vocabularies): online 2.58-2.75 TB/s, split 2.23-2.58, persistent
     # 1.26-2.00; at 16 rows split (0.33) is the only one that spreads a row over the GPU
     n, _ = size

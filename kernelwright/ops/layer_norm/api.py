@@ -26,7 +26,8 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
         Added to the variance, >= 0.
     variant : str, optional
         A rung of the ``layer_norm`` family: ``"naive"``, ``"fused"`` (rows up to 32768 columns), ``"chunked"``,
-        ``"split"``; ``None`` takes the best for the device and width.
+        ``"split"``, ``"cluster"`` (CUDA C, Hopper GPUs; rows up to 262144 columns); ``None`` takes the best
+        measured for the device and width (the cluster rung on Hopper for 8192 to 16384 columns).
 
     Returns
     -------

@@ -135,7 +135,7 @@ def _torch_matmul(a, b):
     return a @ b
 
 
-def choose(size, kwargs) -> list[str]:
+def choose(size, kwargs, dtype=None) -> list[str]:
     m, n, k = size
     triton_order = ["triton_autotuned", "triton_persistent", "triton_grouped", "triton_tiled"]
     if (n % 16 or k % 16) and n % 8 == 0 and k % 8 == 0:

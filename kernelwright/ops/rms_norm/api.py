@@ -27,7 +27,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, offset: b
         ``True``: scale by ``1 + weight`` (Gemma's RMSNorm, whose weight starts at zero).
     variant : str, optional
         A rung of the ``rms_norm`` family: ``"naive"``, ``"fused"`` (rows up to 32768 columns), ``"chunked"``,
-        ``"split"``. ``None`` takes the best rung for the device and width. The backward pass always takes
+        ``"split"``, ``"cluster"`` (CUDA C, Hopper GPUs; rows up to 262144 columns). ``None`` takes the best
+        rung measured for the device, width and dtype (the cluster rung on Hopper for 8192 to 16384 columns, and to
+        65536 in 16-bit types). The backward pass always takes
         the best ``rms_norm_bwd`` rung.
 
     Returns

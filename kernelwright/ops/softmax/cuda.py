@@ -198,17 +198,15 @@ def plan(x2: torch.Tensor, y2: torch.Tensor) -> ClusterConfig:
 _holds_cache: dict[tuple, bool] = {}  # (kernel, device, config) -> whether the GPU holds one cluster of it
 
 
-def holds(kernel: nvrtc.CudaKernel, device: torch.device, cfg: ClusterConfig, smem: int | None = None) -> bool:
+def holds(kernel: nvrtc.CudaKernel, device: torch.device, cfg: ClusterConfig) -> bool:
     """Whether CUDA device ``device`` can run ``kernel`` in a cluster of ``cfg`` set at launch (past 8 CTAs, sizes
     are the GPU's choice: the driver counts how many it holds at once; an error or 0 means no). Also for the
-    norm cluster rungs (:mod:`kernelwright.ops._cluster_norm`), which launch the same shapes (``smem``: their
-    dynamic shared memory a CTA, when more than this rung's)."""
+    norm cluster rungs (:mod:`kernelwright.ops._cluster_norm`), which launch the same shapes."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    smem = smem_bytes(cfg) if smem is None else smem
-    key = (id(kernel), index, cfg, smem)
+    key = (id(kernel), index, cfg)
     if key not in _holds_cache:
         try:
-            n = kernel.max_active_clusters(index, cfg.threads, cfg.cluster, smem, launch_cluster=True)
+            n = kernel.max_active_clusters(index, cfg.threads, cfg.cluster, smem_bytes(cfg), launch_cluster=True)
         except (nvrtc.CompileError, Unavailable):
             raise
         except RuntimeError:  # a driver call refused (the cluster size, on this GPU)

@@ -129,7 +129,7 @@ for the fused rung, ahead of split: H200 run 58, bf16, 4.01 / 3.80 TB/s at 4096x
 split's 3.59 / 3.47 (fp32 at 262144: 3.34 against 3.41, the one loss). Off: split."""
 
 
-def choose(size, kwargs) -> list[str]:
+def choose(size, kwargs, dtype=None) -> list[str]:
     # fused is simplest and best while a row fits in registers; wider rows go to the cluster rung on Hopper (its
     # 16-byte path: widths a multiple of 8), else split (one read)
     if not fused_limit(size, kwargs):

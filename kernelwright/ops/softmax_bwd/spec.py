@@ -98,7 +98,7 @@ def _torch_softmax_bwd(y, dy, dim=-1):
     return torch.ops.aten._softmax_backward_data(dy, y, dim, y.dtype)
 
 
-def choose(size, kwargs) -> list[str]:
+def choose(size, kwargs, dtype=None) -> list[str]:
     wide = ["split", "twopass", "naive"]
     return wide if fused_limit(size, kwargs) else ["fused", *wide]
 

@@ -166,9 +166,6 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
-#if WSTAGE && VECTOR
-    stage_weight(w_, base, n_cols);  // (rows.cuh; experiment switch W_STAGE)
-#endif
     const float2 mr = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m), inv_n, eps);  // 2-3.
 #if SAVE_STATS
     if (base == 0 && tid == 0) mean_[row] = mr.x, rstd_[row] = mr.y;

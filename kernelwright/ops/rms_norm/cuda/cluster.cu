@@ -138,9 +138,6 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
-#if WSTAGE && VECTOR
-    stage_weight(w_, base, n_cols);  // (rows.cuh; experiment switch W_STAGE)
-#endif
     // 2-3.
     const float rstd = row_rstd(&part, block_stats(w, red_a, red_s), inv_n, eps);
 #if SAVE_STATS
