@@ -30,6 +30,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh wstage       # run 61: both norm cluster rungs' tests, fp16/32
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normshape    # the norms' GPU tests, the cluster rungs' shapes
 #                                                                # at wide rows, both sweeps (carry .whl)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh wgsmem       # layer norm's store: W_GROUP_SMEM None / 8
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -229,6 +230,18 @@ case "${1:-fwd}" in
     done
     step 200 python3 -m kernelwright.cli bench rms_norm layer_norm --dtypes bf16 --max-seconds 0.4
     grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-100
+    ;;
+  wgsmem)
+    # session 15, not yet run: layer norm's store with w and b of 4 accesses in flight for the shared-memory half
+    # (W_GROUP_SMEM=8: 6 L2 round trips a store phase instead of 8), against the default, each in its own process
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py
+    for g in None 8; do
+      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops._cluster_norm.W_GROUP_SMEM=$g -- \
+        bench layer_norm --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers \
+        --max-seconds 0.3
+      echo "   (W_GROUP_SMEM=$g)" | tee -a "$LOG"
+    done
+    grep -E "│ layer_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \

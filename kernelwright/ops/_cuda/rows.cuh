@@ -291,6 +291,9 @@ __device__ __forceinline__ float block_reduce_sum(float v, float* red) {
 #ifndef WG
 #define WG 4  // per-column 16-byte loads a thread has in flight before its stores (see store_chunk)
 #endif
+#ifndef WGS
+#define WGS WG  // the same for the accesses held in shared memory (x's registers are free by then)
+#endif
 #if VECTOR
 // 4. y's vector at access j = out(the held x vector, its NP per-column vectors); the per-column vectors of G =
 //    WG / NP accesses are loaded before their stores, so their L2 round trips overlap (loaded one at a time, every
@@ -321,18 +324,19 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint
         }
     }
 #if SNV
+    constexpr int GS = WGS / NP > 0 ? WGS / NP : 1;
 #pragma unroll 1
-    for (int g = 0; g < SNV; g += G) {
-        uint4 q[G][NP];
+    for (int g = 0; g < SNV; g += GS) {
+        uint4 q[GS][NP];
 #pragma unroll
-        for (int j = 0; j < G; ++j) {
+        for (int j = 0; j < GS; ++j) {
             const int col = base + ((NV + g + j) * THREADS + tid) * VEC;
 #pragma unroll
             for (int v = 0; v < NP; ++v)
                 q[j][v] = g + j < SNV && col < n_cols ? __ldg(p[v] + col / VEC) : zero;
         }
 #pragma unroll
-        for (int j = 0; j < G; ++j) {
+        for (int j = 0; j < GS; ++j) {
             const int col = base + ((NV + g + j) * THREADS + tid) * VEC;
             if (g + j < SNV && col < n_cols) store_vector(yr + col / VEC, out(held[(g + j) * THREADS + tid], q[j]));
         }
