@@ -126,3 +126,43 @@ def test_many_rows_and_3d():
     _check(torch.randn(20000, 4096, device="cuda").to(torch.bfloat16), w, b)
     w, b = torch.randn(65536, device="cuda").to(torch.bfloat16), torch.randn(65536, device="cuda").to(torch.bfloat16)
     _check(torch.randn(2, 3, 65536, device="cuda").to(torch.bfloat16), w, b)
+
+
+# --- the ONE_PASS_MEAN switch (session 15, not yet timed): largest magnitude and sum in one pass -----------------
+def test_one_pass_mean_compiles_without_spills_where_it_applies(monkeypatch):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    for n, dtype in ((40000, torch.bfloat16), (65536, torch.float16), (262144, torch.bfloat16), (8192, torch.bfloat16)):
+        monkeypatch.setattr(lc, "ONE_PASS_MEAN", False)
+        before = lc.artifact(n, dtype, True, save_stats=True)
+        monkeypatch.setattr(lc, "ONE_PASS_MEAN", True)
+        art = lc.artifact(n, dtype, True, save_stats=True)
+        assert (art["cubin"] != before["cubin"]) == (art["config"].snv > 0), n  # only with shared-memory vectors
+        rep = ki.analyze(ki.Artifact("layer_norm_cluster", art["cubin"], art["threads_per_block"]))
+        assert rep.registers <= 64 and rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, (n, rep.stack_bytes)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_one_pass_mean_matches_float64(monkeypatch, dtype):
+    monkeypatch.setattr(lc, "ONE_PASS_MEAN", True)
+    for n in (40000, 65536, 131072, 262144):
+        x = torch.randn(5, n, device="cuda").mul_(3).add_(1).to(dtype)
+        w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+        _check(x, w, b)
+    n = 262144
+    x = torch.randn(6, n, device="cuda")
+    x[0] = 0
+    x[1] = 2.5
+    # bf16: sums past fp32's top unscaled (~256 x 1e37 a CTA), finite in the 2^-24 scale; fp16: its largest values
+    x[2] *= 1.2e4 if dtype == torch.float16 else 1e37
+    # bf16: a tiny chunk (below 2^-40), summed again in its own scale; fp16: its subnormals (never below 2^-24)
+    x[3] *= 1e-6 if dtype == torch.float16 else 1e-30
+    x[4] *= 1e-4 if dtype == torch.float16 else 1e-12  # just above the threshold (bf16); fp16's smallest normals
+    x[5, : n // 2] = 0
+    x = x.to(dtype)
+    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    _check(x, w, b)
+    _check(x[3:5], w, b, eps=0.0)  # no eps: the tiny rows' own spread sets rstd, so their mean must be right

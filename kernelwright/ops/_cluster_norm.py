@@ -26,7 +26,7 @@ W_GROUP_SMEM = None
 """Experiment switch: the same for the accesses whose x is held in shared memory (stored after those in
 registers, whose registers are free by then); None: :data:`W_GROUP`. For layer_norm at 65536 and 262144 columns
 (sm_90), 8 (w and b of 4 accesses: 6 round trips a store phase instead of 8) compiles without spills, 16 spills 136
-bytes; rms_norm spills 48 bytes at 8 or 16 (it has 8 bytes at the default). Not timed yet."""
+bytes; rms_norm spills 48 bytes at 8 or 16 (it has 8 bytes at the default). Not timed yet (`ops.sh lnwide`)."""
 
 
 def limit(size: tuple[int, ...], kwargs: dict) -> str | None:

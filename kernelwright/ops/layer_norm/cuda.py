@@ -15,10 +15,17 @@ from kernelwright.ops.softmax import cuda as sc
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_COLS = cn.MAX_COLS
 limit = cn.limit
+ONE_PASS_MEAN = False
+"""Experiment switch: the chunk's largest magnitude and its sum in one pass over the held chunk and one block
+reduction (the sum in the fixed scale 2^-24; chunks whose largest magnitude is below 2^-40 sum again in their own
+scale), so two passes and two barriers a CTA as rms_norm's rung, not three. Applied to launch shapes holding
+shared-memory vectors only (the wide 16-bit rows, where it saves a pass over shared memory; the others spill with
+it: 176 bytes at 4096 / 8192 columns). Not yet run on a GPU (session 15; `ops.sh lnwide`)."""
 
 
 def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, save_stats: bool):
-    return cn.compiled(SOURCE, "layer_norm_cluster", cn.options(cfg, dtype, (f"SAVE_STATS={int(save_stats)}",)))
+    extra = (f"SAVE_STATS={int(save_stats)}", f"ONE_PASS_MEAN={int(ONE_PASS_MEAN and cfg.snv > 0)}")
+    return cn.compiled(SOURCE, "layer_norm_cluster", cn.options(cfg, dtype, extra))
 
 
 def layer_norm_cluster(x, weight, bias, eps=1e-5, *, out, stats=None):

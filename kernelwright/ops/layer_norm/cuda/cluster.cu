@@ -23,6 +23,9 @@
 #ifndef SAVE_STATS
 #define SAVE_STATS 0
 #endif
+#ifndef ONE_PASS_MEAN
+#define ONE_PASS_MEAN 0  // the largest magnitude and the sum in one pass (see chunk_amax_sum24; switch in ../cuda.py)
+#endif
 
 #include "../../_cuda/rows.cuh"  // element formats, cluster primitives, reductions, the chunk load, exponents
 
@@ -81,15 +84,81 @@ __device__ __forceinline__ float chunk_sum(const unsigned (&w)[NV][WORDS], int i
     return s;
 }
 
+#if ONE_PASS_MEAN
+// ONE_PASS_MEAN: this thread's largest magnitude (raw bits, as chunk_amax) and its sum of x 2^-24 in one pass (one
+// read of the shared-memory vectors, one block reduction of both). 2^-24: a chunk of at most 2^16 values below 2^128
+// sums below 2^120 (no overflow); values below 2^-125 lose bits, which matters only in chunks whose largest
+// magnitude is tiny (block_stats sums those again in their own scale). Columns past the row's end hold 0. Unpacked
+// by byte permutes: with the M2 pass's shifts ptxas kept the values alive across the reduction (192-216 bytes of
+// spills at 65536 / 262144 columns, 16-bit). Only for chunks with shared-memory vectors (SNV: ../cuda.py): without,
+// the permutes merge with the store's and 4096 / 8192 columns spill 176 bytes.
+__device__ __forceinline__ float2 chunk_amax_sum24(const unsigned (&w)[NV][WORDS]) {
+    unsigned m = 0;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m = max_magnitude(m, w[j][k]);
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s = fmaf(elem_again(w[j][k], i), 0x1p-24f, s);
+        }
+#if SNV
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll 1
+    for (int j = 0; j < SNV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m = max_magnitude(m, word(q, k));
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s = fmaf(elem_again(word(q, k), i), 0x1p-24f, s);
+        }
+    }
+#endif
+#if EB == 2 && VECTOR
+    m = max(m & 0xffffu, m >> 16);
+#endif
+    return make_float2(from_bits(m), s);
+}
+
+// the block's largest magnitude and sum, one barrier
+__device__ __forceinline__ float2 block_reduce_max_sum(float2 v, float* red_a, float* red_s) {
+    v.x = warp_max(v.x), v.y = warp_sum(v.y);
+    if ((threadIdx.x & 31) == 0) red_a[threadIdx.x >> 5] = v.x, red_s[threadIdx.x >> 5] = v.y;
+    __syncthreads();
+    v = make_float2(red_a[0], red_s[0]);
+#pragma unroll
+    for (int i = 1; i < THREADS / 32; ++i) v.x = fmaxf(v.x, red_a[i]), v.y += red_s[i];
+    return v;
+}
+#endif
+
 // 2. (e, mean, M2, n) of this CTA's chunk, mean and M2 in the scale 2^-e (see the header)
 __device__ __forceinline__ float4 block_stats(const unsigned (&w)[NV][WORDS], int base, int n_cols, float* red_a,
-                                              float* red_s, float* red_m) {
+                                              float* red_s, float* red_m, float* red_t) {
+    const int n = chunk_cols(base, n_cols), inside = accesses_inside(base, n_cols);
+#if ONE_PASS_MEAN
+    const float2 as = block_reduce_max_sum(chunk_amax_sum24(w), red_a, red_s);
+    const float a = as.x;
+#else
+    (void)red_t;
     const float a = block_reduce_max(chunk_amax(w), red_a);
+#endif
     const int e = a > 0.0f && a <= 3.4028235e38f ? exponent_of(a) : 0;
     const float s1 = exp2i(-(e / 2)), s2 = exp2i(-(e - e / 2));
-    const int n = chunk_cols(base, n_cols), inside = accesses_inside(base, n_cols);
+    float mean;
+#if ONE_PASS_MEAN
+    if (a >= 0x1p-40f || a == 0.0f) {  // e >= -39 (or zeros: e = 0, sum 0): the mean in the scale 2^-e is
+        mean = n > 0 ? __fdividef(as.y, (float)n) * exp2i(24 - e) : 0.0f;  // (sum 2^-24 / n) 2^(24 - e), <= 2^63
+    } else {  // a tiny chunk, or NaN: the sum again in the chunk's own scale, as without the switch
+        const float sum = block_reduce_sum(chunk_sum(w, inside, [=](float x) { return x * s1 * s2; }), red_t);
+        mean = n > 0 ? __fdividef(sum, (float)n) : 0.0f;
+    }
+#else
     const float sum = block_reduce_sum(chunk_sum(w, inside, [=](float x) { return x * s1 * s2; }), red_s);
-    const float mean = n > 0 ? __fdividef(sum, (float)n) : 0.0f;
+    mean = n > 0 ? __fdividef(sum, (float)n) : 0.0f;
+#endif
     const float m2 = block_reduce_sum(chunk_sum(w, inside, [=](float x) {
         const float d = fmaf(x * s1, s2, -mean);
         return d * d;
@@ -159,14 +228,14 @@ __launch_bounds__(THREADS, MIN_BLOCKS)
 layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const void* __restrict__ b_,
                    void* __restrict__ y_, float* __restrict__ mean_, float* __restrict__ rstd_, int n_cols,
                    int x_stride, int y_stride, float eps, float inv_n) {
-    __shared__ float red_a[THREADS / 32], red_s[THREADS / 32], red_m[THREADS / 32];
+    __shared__ float red_a[THREADS / 32], red_s[THREADS / 32], red_m[THREADS / 32], red_t[THREADS / 32];
     __shared__ float4 part;  // this CTA's (e, mean, M2, n), read by the whole cluster
     const int tid = threadIdx.x;
     const int base = (int)cluster_rank() * CHUNK;
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
-    const float2 mr = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m), inv_n, eps);  // 2-3.
+    const float2 mr = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m, red_t), inv_n, eps);  // 2-3.
 #if SAVE_STATS
     if (base == 0 && tid == 0) mean_[row] = mr.x, rstd_[row] = mr.y;
 #else
