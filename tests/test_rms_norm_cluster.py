@@ -133,3 +133,20 @@ def test_kw_inspect_gets_the_kernel_the_launcher_would_run():
     (art,) = rc.inspect_artifacts((1024, 262144), torch.bfloat16)
     assert (art.threads_per_block, art.grid, art.dynamic_smem) == (512, (4096, 1, 1), 8 * 512 * 16)
     assert "4 CTAs a row" in art.note and art.cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("switch", [("W_GROUP_SMEM", 8), ("W_EARLY", True)])
+def test_store_switches_compile_for_both_norm_rungs(monkeypatch, switch):
+    # experiment switches of the shared store (_cluster_norm; session 15, not yet timed): they compile for sm_90 at
+    # 64 registers with at most the spills their docstrings state, for both rungs
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+    from kernelwright.ops import _cluster_norm as cn
+    from kernelwright.ops.layer_norm import cuda as lc
+
+    monkeypatch.setattr(cn, switch[0], switch[1])
+    for art in (rc.artifact(65536, torch.bfloat16, True), lc.artifact(262144, torch.bfloat16, True),
+                lc.artifact(8192, torch.float16, True)):
+        rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
+        assert rep.registers <= 64 and rep.stack_bytes <= 64, (art["kernel"], rep.stack_bytes)
+        assert not any(op.startswith("CALL") for op in rep.mix.opcodes)

@@ -30,8 +30,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh wstage       # run 61: both norm cluster rungs' tests, fp16/32
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normshape    # the norms' GPU tests, the cluster rungs' shapes
 #                                                                # at wide rows, both sweeps (carry .whl)
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnwide       # layer norm cluster at wide rows: W_GROUP_SMEM,
-#                                                                # ONE_PASS_MEAN (tests first)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnwide       # the norm cluster rungs' switches W_GROUP_SMEM,
+#                                                                # W_EARLY, ONE_PASS_MEAN (tests first)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -233,21 +233,24 @@ case "${1:-fwd}" in
     grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   lnwide)
-    # session 15, not yet run: layer norm's cluster rung at the wide rows, where it trails split (run 62: 3.07 / 2.64
-    # against 3.34 / 2.96 TB/s). GPU tests first (ONE_PASS_MEAN's included), then each setting in its own process:
-    # W_GROUP_SMEM=8 (w and b of 4 accesses in flight for the shared-memory half of the store: 6 L2 round trips
-    # instead of 8), ONE_PASS_MEAN (largest magnitude and sum in one pass: two passes and two barriers, not three),
-    # and both
+    # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails
+    # split (run 62: 3.07 / 2.64 against 3.34 / 2.96 TB/s at 65536 / 262144) and rms misses 3.6 at 262144 (3.41).
+    # GPU tests first (ONE_PASS_MEAN's included), then each setting in its own process: W_GROUP_SMEM=8 (the
+    # shared-memory half of the store with 8 vectors in flight: layer norm 6 L2 round trips instead of 8, rms 3
+    # instead of 4, 48 bytes of spills), W_EARLY (the store's first group loaded before the statistics: 16-64 bytes
+    # of spills at the wide rows), ONE_PASS_MEAN (layer norm: two passes and two barriers, not three), and all three
     step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py
     grep -E "passed|failed" "$LOG" | tail -1
-    for sw in "_cluster_norm.W_GROUP_SMEM=None" "_cluster_norm.W_GROUP_SMEM=8" "layer_norm.cuda.ONE_PASS_MEAN=True" \
-              "_cluster_norm.W_GROUP_SMEM=8 layer_norm.cuda.ONE_PASS_MEAN=True"; do
+    NS="16384x8192,16384x16384,4096x65536,1024x262144"
+    for sw in "_cluster_norm.W_GROUP_SMEM=None" "_cluster_norm.W_GROUP_SMEM=8" "_cluster_norm.W_EARLY=True" \
+              "layer_norm.cuda.ONE_PASS_MEAN=True" \
+              "_cluster_norm.W_GROUP_SMEM=8 _cluster_norm.W_EARLY=True layer_norm.cuda.ONE_PASS_MEAN=True"; do
       args=""; for a in $sw; do args="$args kernelwright.ops.$a"; done
-      step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench layer_norm --dtypes bf16 \
-        --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
+      step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench rms_norm layer_norm --dtypes bf16 \
+        --sizes "$NS" --variant cluster --variant split --no-peers --max-seconds 0.3
       echo "   ($sw)" | tee -a "$LOG"
     done
-    grep -E "│ layer_norm|^   \(" "$LOG" | cut -c1-100
+    grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \

@@ -22,6 +22,11 @@ W_GROUP = 4
 ``store_chunk``: 4 for rms_norm's w of 4 accesses, 2 accesses' w and b for layer_norm, which spilled ~100 bytes
 with 4 accesses'). Run 60, rms_norm bf16 TB/s at 4096x65536 / 1024x262144: 1 (each store waiting for its own L2
 round trip) 3.66 / 3.16, 2: 3.82 / 3.38, 4: 3.89 / 3.40."""
+W_EARLY = False
+"""Experiment switch: the store's first group of per-column vectors loaded right after the chunk, their L2 round
+trip behind the statistics and the cluster's exchange (rows.cuh ``first_group``). Spills 16-32 bytes (rms) and 16-64
+(layer norm) at 65536 / 262144 columns in 16-bit types, none at 8192 / 16384 or in fp32 (sm_90). Not timed yet
+(``ops.sh lnwide``)."""
 W_GROUP_SMEM = None
 """Experiment switch: the same for the accesses whose x is held in shared memory (stored after those in
 registers, whose registers are free by then); None: :data:`W_GROUP`. For layer_norm at 65536 and 262144 columns
@@ -41,7 +46,8 @@ def options(cfg: sc.ClusterConfig, dtype: torch.dtype, extra: tuple[str, ...]) -
     the family's ``extra`` (``NAME=VALUE``)."""
     keep = [d for d in sc.options(cfg, dtype).defines if d.split("=")[0] in _SHAPE_DEFINES]
     wgs = W_GROUP if W_GROUP_SMEM is None else W_GROUP_SMEM
-    return nvrtc.CompileOptions(defines=(*keep, f"WG={W_GROUP}", f"WGS={wgs}", *extra))
+    store = (f"WG={W_GROUP}", f"WGS={wgs}", f"WEARLY={int(W_EARLY)}")
+    return nvrtc.CompileOptions(defines=(*keep, *store, *extra))
 
 
 @functools.cache

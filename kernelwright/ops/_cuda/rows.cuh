@@ -294,6 +294,9 @@ __device__ __forceinline__ float block_reduce_sum(float v, float* red) {
 #ifndef WGS
 #define WGS WG  // the same for the accesses held in shared memory (x's registers are free by then)
 #endif
+#ifndef WEARLY
+#define WEARLY 0  // the first store group's per-column vectors loaded before the statistics (see first_group)
+#endif
 #if VECTOR
 // 4. y's vector at access j = out(the held x vector, its NP per-column vectors); the per-column vectors of G =
 //    WG / NP accesses are loaded before their stores, so their L2 round trips overlap (loaded one at a time, every
@@ -301,9 +304,30 @@ __device__ __forceinline__ float block_reduce_sum(float v, float* red) {
 //    60). At 64 registers G 4 with w and b (layer norm) spilled ~100 bytes: WG counts vectors, not accesses.
 //    (w copied to shared memory by cp.async while x loaded, read there by the store: slower everywhere, rms
 //    3.91 -> 3.34 and 3.40 -> 2.37 TB/s at the wide shapes, run 61; removed.)
+template <int NP>
+struct FirstGroup {
+    uint4 q[WG / NP > 0 ? WG / NP : 1][NP];
+};
+
+// WEARLY: the first store group's per-column vectors, loaded right after the chunk, so their L2 round trip runs
+// behind the statistics and the cluster's exchange instead of in front of the first store
+template <int NP>
+__device__ __forceinline__ FirstGroup<NP> first_group(const uint4* const (&p)[NP], int base, int n_cols) {
+    constexpr int G = WG / NP > 0 ? WG / NP : 1;
+    FirstGroup<NP> f;
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+        const int col = base + (j * THREADS + (int)threadIdx.x) * VEC;
+#pragma unroll
+        for (int v = 0; v < NP; ++v)
+            f.q[j][v] = j < NV && col < n_cols ? __ldg(p[v] + col / VEC) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    return f;
+}
+
 template <int NP, typename F>
 __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint4* yr, const uint4* const (&p)[NP],
-                                            int base, int n_cols, F out) {
+                                            int base, int n_cols, const FirstGroup<NP>& first, F out) {
     constexpr int G = WG / NP > 0 ? WG / NP : 1;
     const int tid = threadIdx.x;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
@@ -314,7 +338,8 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint
         for (int j = g; j < g + G && j < NV; ++j) {
             const int col = base + (j * THREADS + tid) * VEC;
 #pragma unroll
-            for (int v = 0; v < NP; ++v) q[j - g][v] = col < n_cols ? __ldg(p[v] + col / VEC) : zero;
+            for (int v = 0; v < NP; ++v)
+                q[j - g][v] = WEARLY && g == 0 ? first.q[j][v] : col < n_cols ? __ldg(p[v] + col / VEC) : zero;
         }
 #pragma unroll
         for (int j = g; j < g + G && j < NV; ++j) {

@@ -235,6 +235,10 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
+#if VECTOR
+    const uint4* const wb[2] = {static_cast<const uint4*>(w_), static_cast<const uint4*>(b_)};
+    const FirstGroup<2> first = WEARLY ? first_group(wb, base, n_cols) : FirstGroup<2>{};  // (rows.cuh)
+#endif
     const float2 mr = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m, red_t), inv_n, eps);  // 2-3.
 #if SAVE_STATS
     if (base == 0 && tid == 0) mean_[row] = mr.x, rstd_[row] = mr.y;
@@ -247,8 +251,7 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
     // 4. store
 #if VECTOR
     uint4* yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)row * y_stride * EB);
-    const uint4* const wb[2] = {static_cast<const uint4*>(w_), static_cast<const uint4*>(b_)};
-    store_chunk(w, yr, wb, base, n_cols, [=](uint4 q, const uint4 (&p)[2]) {  // (rows.cuh)
+    store_chunk(w, yr, wb, base, n_cols, first, [=](uint4 q, const uint4 (&p)[2]) {  // (rows.cuh)
         return make_uint4(affine_word(q.x, p[0].x, p[1].x, mr), affine_word(q.y, p[0].y, p[1].y, mr),
                           affine_word(q.z, p[0].z, p[1].z, mr), affine_word(q.w, p[0].w, p[1].w, mr));
     });

@@ -138,6 +138,10 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
+#if VECTOR
+    const uint4* const wr[1] = {static_cast<const uint4*>(w_)};
+    const FirstGroup<1> first = WEARLY ? first_group(wr, base, n_cols) : FirstGroup<1>{};  // (rows.cuh)
+#endif
     // 2-3.
     const float rstd = row_rstd(&part, block_stats(w, red_a, red_s), inv_n, eps);
 #if SAVE_STATS
@@ -151,8 +155,7 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
     // 4. store
 #if VECTOR
     uint4* yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)row * y_stride * EB);
-    const uint4* const wr[1] = {static_cast<const uint4*>(w_)};
-    store_chunk(w, yr, wr, base, n_cols, [=](uint4 q, const uint4 (&wq)[1]) {  // (rows.cuh)
+    store_chunk(w, yr, wr, base, n_cols, first, [=](uint4 q, const uint4 (&wq)[1]) {  // (rows.cuh)
         return make_uint4(scale_word(q.x, wq[0].x, rstd), scale_word(q.y, wq[0].y, rstd),
                           scale_word(q.z, wq[0].z, rstd), scale_word(q.w, wq[0].w, rstd));
     });
