@@ -270,6 +270,25 @@ def _forward_words(v: torch.Tensor, chunk: int, center: bool) -> torch.Tensor:
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
+@pytest.mark.parametrize("early", [False, True])
+def test_fused_forward_bias_early_or_late(early, monkeypatch):
+    # FUSED_BIAS_EARLY (an experiment switch, session 15): the bias loaded with the weight or after the statistics;
+    # either way layer norm's output and statistics match float64, unaligned widths and several rows a tile included
+    from kernelwright.ops.rms_norm import triton as fwd
+    from kernelwright.ops.rms_norm.triton import norm_forward
+
+    monkeypatch.setattr(fwd, "FUSED_BIAS_EARLY", early)
+    for rows, cols in ((5, 300), (3, 1024), (2, 4099)):
+        x = torch.randn(rows, cols) * 3 + 1
+        w, b = torch.randn(cols), torch.randn(cols)
+        y = torch.full_like(x, float("nan"))
+        stats = (torch.empty(rows), torch.empty(rows))
+        norm_forward("fused", x, w, 1e-5, y=y, bias=b, stats=stats)
+        close(y, ref_layer(x, w, b))
+        torch.testing.assert_close(stats[0].double(), x.double().mean(-1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
 @pytest.mark.parametrize("groups,hold", [(1, False), (2, False), (3, False), (2, True)])
 @pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
 def test_split_forward_exchange_with_several_chunks(kind, groups, hold, monkeypatch):

@@ -250,6 +250,12 @@ case "${1:-fwd}" in
         --sizes "$NS" --variant cluster --variant split --no-peers --max-seconds 0.3
       echo "   ($sw)" | tee -a "$LOG"
     done
+    for early in False True; do  # layer norm's fused rung: the bias loaded with the weight (as Liger) or after
+      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.triton.FUSED_BIAS_EARLY=$early \
+        -- bench layer_norm --dtypes bf16 --sizes 16384x1024,16384x4096,16384x8192 --variant fused --no-peers \
+        --max-seconds 0.3
+      echo "   (FUSED_BIAS_EARLY=$early)" | tee -a "$LOG"
+    done
     grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   fwd)

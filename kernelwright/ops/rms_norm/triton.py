@@ -57,6 +57,11 @@ WIDE_LAYER_MAXNREG = 168
 takes 193 registers uncapped, two programs an SM; at 168 (8 bytes of spills, sm_90) three fit. H200 run 24 (bf16,
 ``norm_configs.py --library``): 2.67 -> 3.14 TB/s at 4096x65536, 2.14 -> 2.57 at 1024x262144; a cap of 128 (four
 an SM, 80 bytes of spills) was slower than none (2.40 / 1.99), and so was 128 on rms (3.58 -> 3.31 at 65536)."""
+FUSED_BIAS_EARLY = False
+"""Experiment switch: the fused forward loads layer norm's bias with the weight, before the row's statistics, as
+Liger's kernel does; off, the compiled kernel (sm_90, bf16, 4096 columns) loads it after the last reduction, an L2
+round trip in front of the stores (SASS: LDG x LDG w ... 8 barriers ... LDG b STG). Liger 3.62 TB/s against fused's
+3.44 at 16384x4096 (run 62). Not timed yet."""
 WEIGHT_HOLD = False
 """the forward split rung holds its weight (and bias) chunk in registers across rows instead of reloading it every
 row. Off: H200 run 24 (bf16): rms 3.58 -> 3.28 TB/s at 65536 columns, 3.24 -> 2.94 at 262144 (the held chunk
@@ -200,7 +205,7 @@ def _norm_fwd_fused_kernel(
     n_rows, n_cols, x_stride, res_stride, y_stride, h_stride, eps,
     CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
     SAVE_STATS: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, BIAS_EARLY: tl.constexpr = False,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.arange(0, BLOCK)
@@ -216,6 +221,8 @@ def _norm_fwd_fused_kernel(
     w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     if OFFSET:
         w += 1.0
+    if CENTER and BIAS_EARLY:  # (FUSED_BIAS_EARLY) held in its own dtype until used
+        b_early = tl.load(b_ptr + cols, mask=cmask, other=0.0)
     k = pow2_exponent(tl.max(tl.abs(x), 1))
     xs = x * exp2i(-k)[:, None]
     if CENTER:
@@ -224,7 +231,10 @@ def _norm_fwd_fused_kernel(
     r = _rsqrt_scaled(tl.sum(xs * xs, 1), n_cols, eps, k)
     y = xs * r[:, None] * w[None, :]
     if CENTER:
-        y += tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        if BIAS_EARLY:
+            y += b_early.to(tl.float32)[None, :]
+        else:
+            y += tl.load(b_ptr + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
     tl.store(y_ptr + rows[:, None] * y_stride + cols[None, :], to_output(y, y_ptr.dtype.element_ty), mask=mask)
     if SAVE_STATS:
         tl.store(rstd_ptr + rows, r * exp2i(-k), mask=rmask)
@@ -563,7 +573,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
     if rung == "fused":
         block_r, block, warps = fused_tile(n_cols)
         _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
-            *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, num_warps=warps)
+            *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, BIAS_EARLY=FUSED_BIAS_EARLY, num_warps=warps)
     elif rung == "chunked":
         block = min(CHUNK, triton.next_power_of_2(n_cols))
         _norm_fwd_chunked_kernel[(n_rows,)](*ptrs, *tail, **flags, BLOCK=block, STAGES=CHUNKED_STAGES,
