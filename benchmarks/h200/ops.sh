@@ -238,13 +238,17 @@ case "${1:-fwd}" in
     # GPU tests first (ONE_PASS_MEAN's included), then each setting in its own process: W_GROUP_SMEM=8 (the
     # shared-memory half of the store with 8 vectors in flight: layer norm 6 L2 round trips instead of 8, rms 3
     # instead of 4, 48 bytes of spills), W_EARLY (the store's first group loaded before the statistics: 16-64 bytes
-    # of spills at the wide rows), ONE_PASS_MEAN (layer norm: two passes and two barriers, not three), and all three
+    # of spills at the wide rows), ONE_PASS_MEAN (layer norm: two passes and two barriers, not three), all three,
+    # and CTAs of twice the threads with half the vectors, 1536 threads an SM (8192 columns: 6 CTAs of 256 an SM, not
+    # 8 of 128; 16384 x 8192 takes 15.5 waves of 8 x 132 rows by default, the half-empty last one ~3%: torch.compile
+    # 4.20 against 4.01 there, run 62); then the fused rung's bias early or late
     step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py
     grep -E "passed|failed" "$LOG" | tail -1
     NS="16384x8192,16384x16384,4096x65536,1024x262144"
     for sw in "_cluster_norm.W_GROUP_SMEM=None" "_cluster_norm.W_GROUP_SMEM=8" "_cluster_norm.W_EARLY=True" \
               "layer_norm.cuda.ONE_PASS_MEAN=True" \
-              "_cluster_norm.W_GROUP_SMEM=8 _cluster_norm.W_EARLY=True layer_norm.cuda.ONE_PASS_MEAN=True"; do
+              "_cluster_norm.W_GROUP_SMEM=8 _cluster_norm.W_EARLY=True layer_norm.cuda.ONE_PASS_MEAN=True" \
+              "softmax.cuda.VECTORS_A_THREAD=4 softmax.cuda.SM_THREADS=1536"; do
       args=""; for a in $sw; do args="$args kernelwright.ops.$a"; done
       step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench rms_norm layer_norm --dtypes bf16 \
         --sizes "$NS" --variant cluster --variant split --no-peers --max-seconds 0.3
