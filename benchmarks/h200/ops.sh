@@ -260,7 +260,13 @@ case "${1:-fwd}" in
         --max-seconds 0.3
       echo "   (FUSED_BIAS_EARLY=$early)" | tee -a "$LOG"
     done
-    grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-100
+    for pers in False True; do  # softmax's persistent cluster form at widths one CTA holds (never timed there)
+      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.softmax.cuda.PERSISTENT=$pers -- \
+        bench softmax --dtypes bf16 --sizes 16384x4096,16384x8192,16384x16384 --variant cluster --variant fused \
+        --no-peers --max-seconds 0.3
+      echo "   (PERSISTENT=$pers)" | tee -a "$LOG"
+    done
+    grep -E "│ (rms|layer)_norm|│ softmax|^   \(" "$LOG" | cut -c1-100
     ;;
   fwd)
     step 150 python3 -m pytest -q -p no:cacheprovider -x tests/test_norms.py tests/test_swiglu_rope_ce.py \
