@@ -477,7 +477,7 @@ _BF16 = "*bf16"
 @pytest.mark.parametrize("kernel", ["fwd_fused", "fwd_fused_narrow", "fwd_split", "fwd_split_wide",
                                     "fwd_split_wide_layer", "bwd_fused", "bwd_fused_narrow", "bwd_split",
                                     "bwd_split_wide", "bwd_fused_narrow_paired", "bwd_split_wide_paired",
-                                    "fwd_split_wide_fast", "fwd_split_wide_layer_fast"])
+                                    "fwd_split_wide_fast", "fwd_split_wide_layer_fast", "fwd_fused_early"])
 def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     from kernelwright.harness.inspect import compile_triton, disassemble, read_cubin
     from kernelwright.ops.rms_norm import triton as fwd
@@ -497,7 +497,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         flags = dict(CENTER=True, DH=True, OFFSET=True)
     paired = kernel.endswith("_paired")  # PAIRED_SUMS (layer norm's two row sums in one reduction)
     fast = kernel.endswith("_fast")  # FAST_STATS (the split forward's chunk statistics, one reduction fewer)
-    kernel = kernel.removesuffix("_paired").removesuffix("_fast")
+    early = kernel.endswith("_early")  # FUSED_BIAS_EARLY (the fused forward's bias loaded with the weight)
+    kernel = kernel.removesuffix("_paired").removesuffix("_fast").removesuffix("_early")
     if kernel.startswith("fwd_fused"):
         rows, block, warps = fwd.fused_tile(1024 if kernel.endswith("narrow") else 4096)
         fn, cx = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block)
@@ -520,6 +521,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         cx["PAIRED_SUMS"] = paired
     if "FAST" in fn.arg_names:
         cx["FAST"] = fast
+    if "BIAS_EARLY" in fn.arg_names:
+        cx["BIAS_EARLY"] = early
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16
     aligned = [n for n, t in sig.items() if t.startswith("*")] + [n for n in names if n != "n_rows"]

@@ -60,6 +60,13 @@ def test_auto_takes_the_rung_where_it_led_on_the_h200():
     assert FAM.preferred((8, 65528), {}, bf16)[0] == "cluster" and FAM.preferred((8, 65532), {}, bf16)[0] == "split"
     assert FAM.preferred((8, 4096), {}, bf16)[0] == "fused"
     assert FAM.preferred((8, 32768), {})[0] == "split"  # no dtype: the choice for every dtype
+    # rows not starting on 16 bytes would take the rung's one-element path, never timed: not chosen
+    assert FAM.preferred((4096, 8192), {"aligned": False}, bf16)[0] == "fused"
+    from kernelwright.ops._norm_common import rows_aligned
+
+    x = torch.randn(4, 8200, dtype=bf16)
+    assert rows_aligned(x) and rows_aligned(x[:, :8192]) and rows_aligned(x.t())  # (a strided last dim is copied)
+    assert not rows_aligned(x[:, 1:]) and not rows_aligned(torch.randn(4, 8193, dtype=bf16)[:, :8192])
 
 
 hopper = pytest.mark.skipif(not runtime.is_hopper(),

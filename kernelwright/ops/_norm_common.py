@@ -51,7 +51,8 @@ def cluster_leads(kind: str, d: int, dtype: torch.dtype | None) -> bool:
     in bf16 / fp16 (3.91 / 3.88 against split's 3.58 / 3.60) but not fp32 (3.39 against 3.66); neither at 262144
     (rms 3.40 against split's 3.39-3.45 in 16-bit, 3.09 against 3.67 in fp32) nor layer_norm past 16384 (bf16 3.09
     against 3.33 at 65536). Widths between those measured follow their neighbours; only widths a multiple of 8
-    (the 16-byte path: the one-element path was never timed)."""
+    (the 16-byte path: the one-element path was never timed), and the chooser also wants 16-byte row starts
+    (``kwargs["aligned"]``, from :func:`pick`)."""
     if kind not in ("rms", "layer") or d % 8:
         return False
     lo, hi, wide = CLUSTER_COLS
@@ -103,7 +104,7 @@ def chooser(rungs: tuple[Rung, ...], kind: str):
             order = ["fused", "split", "chunked"]
         else:
             order = ["split", "fused", "chunked"]
-        if cluster_leads(kind, d, dtype):
+        if cluster_leads(kind, d, dtype) and kwargs.get("aligned", True):
             order = ["cluster", *order]
         return [n for n in order + ["naive"] if n in names]
 
@@ -422,7 +423,19 @@ def check_variant(variant) -> str | None:
 
 
 def pick(family_name: str, variant: str | None, x: torch.Tensor, kwargs: dict):
-    """The rung to run (``variant`` or the family's best for this device and width), checked it can take it."""
+    """The rung to run (``variant`` or the family's best for this device and width), checked it can take it. The
+    choice also sees whether x's rows start on 16 bytes (``aligned``: the cluster rung's timed path needs it)."""
     from kernelwright.registry import get_family
 
+    if variant is None:
+        kwargs = {**kwargs, "aligned": rows_aligned(x)}
     return _validate.pick_rung(get_family(family_name), variant, x.device.type, tuple(x.shape), kwargs, x.dtype)
+
+
+def rows_aligned(x: torch.Tensor) -> bool:
+    """Whether the rows the kernels will read start on 16-byte boundaries (x itself, or the contiguous copy
+    :func:`rows2d` makes of it when its last dim is strided)."""
+    if x.dim() == 0 or x.stride(-1) != 1:
+        return True
+    elt = x.element_size()
+    return x.data_ptr() % 16 == 0 and (x.dim() < 2 or x.shape[-2] <= 1 or (x.stride(-2) * elt) % 16 == 0)
