@@ -70,6 +70,10 @@ def test_auto_never_picks_the_hopper_rung_off_hopper(monkeypatch):
     assert spec.choose((4, 65536), {"dim": -1})[0] == "cluster"
     assert spec.choose((4, 65537), {"dim": -1})[0] == "split"  # not timed on the one-element path
     assert spec.choose((4, 4096), {"dim": -1})[0] == "fused"
+    # fp32 past 131072 columns (clusters of 16): split led in run 58 (3.40 against 3.34); at 65536 cluster (4.05)
+    assert spec.choose((4, 262144), {"dim": -1}, torch.float32)[0] == "split"
+    assert spec.choose((4, 65536), {"dim": -1}, torch.float32)[0] == "cluster"
+    assert spec.choose((4, 262144), {"dim": -1}, torch.bfloat16)[0] == "cluster"
     monkeypatch.setattr(spec, "CLUSTER_AUTO", False)
     assert spec.choose((4, 65536), {"dim": -1})[0] == "split"
     if not runtime.is_hopper():

@@ -50,7 +50,7 @@ def softmax(x: torch.Tensor, dim: int = -1, *, variant: str | None = None,
     out = _validate.out_buffer(out, x.shape, x.dtype, x.device)
     if x.numel() == 0:
         return out
-    rung = _validate.pick_rung(get_family("softmax"), variant, x.device.type, tuple(x.shape), {"dim": dim})
+    rung = _validate.pick_rung(get_family("softmax"), variant, x.device.type, tuple(x.shape), {"dim": dim}, x.dtype)
     return rung.load()(x, dim, out=out)
 
 
@@ -83,6 +83,6 @@ def log_softmax(x: torch.Tensor, dim: int = -1, *, variant: str | None = None,
     fam = get_family("softmax")
     size, kwargs = tuple(x.shape), {"dim": dim}
     if variant is None:
-        variant = next((n for n in fam.preferred(size, kwargs) if n in LOG_RUNGS), "online")
-    rung = _validate.pick_rung(fam, variant, x.device.type, size, kwargs)
+        variant = next((n for n in fam.preferred(size, kwargs, x.dtype) if n in LOG_RUNGS), "online")
+    rung = _validate.pick_rung(fam, variant, x.device.type, size, kwargs, x.dtype)
     return rung.load()(x, dim, out=out, log=True)

@@ -126,7 +126,8 @@ def _liger_softmax():
 CLUSTER_AUTO = True
 """``auto`` takes the cluster rung (Hopper only; rows of up to 262144 columns, a multiple of 8) for rows too wide
 for the fused rung, ahead of split: H200 run 58, bf16, 4.01 / 3.80 TB/s at 4096x65536 / 1024x262144 against
-split's 3.59 / 3.47 (fp32 at 262144: 3.34 against 3.41, the one loss). Off: split."""
+split's 3.59 / 3.47; fp32 4.05 against 3.41 at 65536, but 3.34 against 3.40 at 262144 (clusters of 16), so fp32
+rows past 131072 columns (where its clusters pass 8 CTAs) keep split. Off: split."""
 
 
 def choose(size, kwargs, dtype=None) -> list[str]:
@@ -135,7 +136,8 @@ def choose(size, kwargs, dtype=None) -> list[str]:
     if not fused_limit(size, kwargs):
         return ["fused", "split", "online", "multipass"]
     n = size[kwargs.get("dim", -1)] if size else 1
-    return (["cluster"] if CLUSTER_AUTO and n % 8 == 0 else []) + ["split", "online", "multipass"]
+    cluster = CLUSTER_AUTO and n % 8 == 0 and not (dtype == torch.float32 and n > 131072)
+    return (["cluster"] if cluster else []) + ["split", "online", "multipass"]
 
 
 FAMILY = Family(

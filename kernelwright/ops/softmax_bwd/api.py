@@ -24,7 +24,7 @@ def softmax_forward(x: torch.Tensor, dim: int, variant: str | None = None) -> to
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     if x.numel() == 0:
         return out
-    rung = _validate.pick_rung(_family("softmax"), variant, x.device.type, tuple(x.shape), {"dim": dim})
+    rung = _validate.pick_rung(_family("softmax"), variant, x.device.type, tuple(x.shape), {"dim": dim}, x.dtype)
     return rung.load()(x, dim, out=out)
 
 
@@ -33,7 +33,8 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int, variant: str |
     out = torch.empty(y.shape, dtype=y.dtype, device=y.device)
     if y.numel() == 0:
         return out
-    rung = _validate.pick_rung(_family("softmax_bwd"), variant, y.device.type, tuple(y.shape), {"dim": dim})
+    rung = _validate.pick_rung(_family("softmax_bwd"), variant, y.device.type, tuple(y.shape), {"dim": dim},
+                               y.dtype)
     return rung.load()(y, dy.to(y.dtype), dim, out=out)
 
 
@@ -92,7 +93,7 @@ def differentiable_softmax(x: torch.Tensor, dim: int, variant: str | None, out: 
     if out is not None:
         raise UsageError("out: not supported when x requires grad or under torch.compile (autograd cannot record "
                          "out=)")
-    _validate.pick_rung(_family("softmax"), variant, x.device.type, tuple(x.shape), {"dim": dim})
+    _validate.pick_rung(_family("softmax"), variant, x.device.type, tuple(x.shape), {"dim": dim}, x.dtype)
     if torch.compiler.is_compiling():
         return torch.ops.kernelwright.softmax(x, dim, variant)
     return SoftmaxFunction.apply(x, dim, variant)
