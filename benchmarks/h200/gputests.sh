@@ -6,7 +6,9 @@
 #   bash benchmarks/h200/gputests.sh attention   # tests/test_attention.py
 #   bash benchmarks/h200/gputests.sh norms       # tests/test_norms.py
 #   bash benchmarks/h200/gputests.sh ops         # the other families' GPU tests and the ladders' fuzz on the GPU
-# LIMIT (seconds, default 500) bounds the pytest run; what finished is in the log either way.
+# LIMIT (seconds, default 500) bounds the pytest run; what finished is in the log either way. KEXPR selects tests
+# (pytest -k), e.g. the six session 15 did not reach:
+#   KEXPR="split_kv-fp or longest or tma_config or tuned-fp32" bash benchmarks/h200/gputests.sh attention
 set -uo pipefail
 OUT=${OUT:-/tmp/kwout}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KW_DEVICE=cuda KW_CACHE_DIR=/tmp/kwtestcache PYTHONPATH="$PWD"
@@ -23,8 +25,10 @@ esac
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv | tee "$LOG"
 s=$SECONDS
 # -v: one line a test, so a run cut by LIMIT still says which tests passed
-timeout "${LIMIT:-500}" python3 -m pytest -v -p no:cacheprovider -rfE --durations 15 $MARK $FILES >> "$LOG" 2>&1
-echo "pytest $MARK $FILES rc=$? in $((SECONDS - s))s" | tee -a "$LOG"
+SELECT=(); [ -n "${KEXPR:-}" ] && SELECT=(-k "$KEXPR")
+timeout "${LIMIT:-500}" python3 -m pytest -v -p no:cacheprovider -rfE --durations 15 $MARK "${SELECT[@]}" $FILES \
+  >> "$LOG" 2>&1
+echo "pytest $MARK ${SELECT[*]} $FILES rc=$? in $((SECONDS - s))s" | tee -a "$LOG"
 grep -cE " PASSED" "$LOG" | sed 's/^/passed: /'
 grep -E " FAILED|^FAILED|^ERROR" "$LOG" | head -20
 tail -20 "$LOG" | grep -E "passed|failed|s call" | head -20
