@@ -47,7 +47,8 @@ RUNGS = (
         "distributed shared memory at one cluster barrier and merges by Chan's formula; w and b read from L2 in "
         "the output. Predicted: above split's 3.32 / 2.95 TB/s at 4096x65536 / 1024x262144 bf16, below rms "
         "norm's cluster rung (3.65 / 3.19, run 59) by the bias reads and a third block reduction: 3.4-3.6 / "
-        "3.0-3.2. Not yet run on a GPU (session 14).",
+        "3.0-3.2. H200 runs 60-62: 3.07 / 2.64 (refuted, below split), but 3.97 / 4.07 at 8192 / 16384 "
+        "columns (split 3.64 / 3.63), where variant=None takes it.",
         needs="hopper", limit=_cuda_limit, artifacts="kernelwright.ops.layer_norm.cuda:inspect_artifacts",
     ),
 )

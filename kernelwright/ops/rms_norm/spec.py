@@ -52,7 +52,9 @@ RUNGS = (
         "half of it in shared memory (cp.async); each CTA's (exponent, scaled sum of squares) meets its partners' "
         "in distributed shared memory at one cluster barrier, instead of split's global-memory words and spinning "
         "loads. Predicted (the softmax rung reached 4.01 / 3.80 TB/s at 4096x65536 / 1024x262144 bf16, run 58; "
-        "rms reads w from L2 on top): 3.8-4.0 / 3.6-3.8 TB/s, above split's 3.57 / 3.36.",
+        "rms reads w from L2 on top): 3.8-4.0 / 3.6-3.8 TB/s, above split's 3.57 / 3.36. H200 runs 59-62: 3.65 / "
+        "3.19, then with w of 4 accesses loaded together 3.91 / 3.41 (split 3.58 / 3.42); 4.01 / 4.07 at 8192 / "
+        "16384 columns.",
         needs="hopper", limit=_cuda_limit, artifacts="kernelwright.ops.rms_norm.cuda:inspect_artifacts",
     ),
 )

@@ -8,8 +8,10 @@
 // largest exponent E with Chan's formula: mean = sum n_c m_c' / n, M2 = sum M2_c' + n_c (m_c' - mean)^2, where
 // m_c' = m_c 2^(e_c - E), M2_c' = M2_c 4^(e_c - E). rstd from M2 / n in that scale (rows.cuh's rstd_scaled), the
 // mean brought back by 2^E; with SAVE_STATS the CTA of rank 0 stores both (fp32) for the backward. The output
-// reads w and b as 16-byte vectors (L2). Defines: DTYPE, VECTOR, NV, THREADS, CLUSTER (1..16; past 8 set at
-// launch), MIN_BLOCKS, SNV (16-byte path only), SAVE_STATS. Not yet run on a GPU (session 14).
+// reads w and b as 16-byte vectors (L2; rows.cuh's store_chunk). Defines: DTYPE, VECTOR, NV, THREADS, CLUSTER
+// (1..16; past 8 set at launch), MIN_BLOCKS, SNV (16-byte path only), SAVE_STATS, ONE_PASS_MEAN (switch), and the
+// store's WG / WGS / WEARLY (rows.cuh). H200 runs 60-62 (bf16): 3.97 / 4.07 TB/s at 8192 / 16384 columns, 3.07 /
+// 2.64 at 65536 / 262144 (split 3.34 / 2.96); journal norms.md, session 15.
 
 #if !defined(DTYPE) || !defined(VECTOR) || !defined(NV) || !defined(THREADS) || !defined(CLUSTER)
 #error "compile with -DDTYPE= -DVECTOR= -DNV= -DTHREADS= -DCLUSTER="
