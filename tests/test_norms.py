@@ -693,3 +693,48 @@ def test_fast_stats_default_follows_the_measured_choice(monkeypatch):
         assert all(fwd.fast_stats(c, r, 65536) is forced for c in (True, False) for r in (True, False))
         monkeypatch.setattr(bwd, "PAIRED_SUMS", forced)
         assert bwd.paired_sums() is forced
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not runtime.is_hopper(), reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("cols", [8192, 16384, 65536])
+def test_public_ops_through_the_choice_forward_and_backward_on_hopper(dtype, cols):
+    # variant=None takes the CUDA cluster rung at these widths (session 15, nc.cluster_leads): the public ops'
+    # forward, the statistics it saves for the backward, and the gradients, against float64 with the families' own
+    # tolerances and error scales; rows that do not start on 16 bytes keep the Triton rungs
+    from kernelwright.harness.verify import compare
+
+    rows = 48
+    x = (torch.randn(2, rows // 2, cols, device="cuda") * 2 + 1).to(dtype)
+    w, b = torch.randn(cols, device="cuda").to(dtype), torch.randn(cols, device="cuda").to(dtype)
+    dy = torch.randn(2, rows // 2, cols, device="cuda").to(dtype)
+    rms_cluster = cols <= 16384 or dtype != torch.float32
+    assert nc.pick("rms_norm", None, x, {"eps": 1e-6}).name == ("cluster" if rms_cluster else "split")
+    assert nc.pick("layer_norm", None, x, {"eps": 1e-5}).name == ("cluster" if cols <= 16384 else "split")
+    unaligned = torch.randn(rows, cols + 1, device="cuda").to(dtype)[:, 1:]
+    assert nc.pick("rms_norm", None, unaligned, {"eps": 1e-6}).name != "cluster"
+    x64, w64, b64, dy64 = (t.double() for t in (x, w, b, dy))
+    fwd_tol, bwd_tol = nc.FORWARD_TOLERANCES[dtype], nc.BACKWARD_TOLERANCES[dtype]
+
+    def check(got, want, tol, scale, what):
+        cmp = compare(got, want, tol, scale)
+        assert cmp.ok, f"{what} {cols} {dtype}: {cmp.reason}"
+
+    for offset in (False, True):
+        xr, wr = x.detach().requires_grad_(), w.detach().requires_grad_()
+        y = ops.rms_norm(xr, wr, offset=offset)
+        check(y, ref_rms(x64, w64, offset=offset), fwd_tol, None, f"rms y offset={offset}")
+        torch.autograd.backward(y, dy)
+        want = _grads64(lambda a, c, o=offset: ref_rms(a, c, offset=o), x, w, dys=[dy])
+        scales = nc.error_scale_for("rms_bwd")(x64, w64, dy64, eps=1e-6, offset=offset)
+        check(xr.grad, want[0], bwd_tol, scales[0], f"rms dx offset={offset}")
+        check(wr.grad, want[1], bwd_tol, scales[1], f"rms dw offset={offset}")
+    xr, wr, br = (t.detach().requires_grad_() for t in (x, w, b))
+    y = ops.layer_norm(xr, wr, br)
+    check(y, ref_layer(x64, w64, b64), fwd_tol, nc.error_scale_for("layer")(x64, w64, b64, eps=1e-5), "layer y")
+    torch.autograd.backward(y, dy)
+    want = _grads64(ref_layer, x, w, b, dys=[dy])
+    scales = nc.error_scale_for("layer_bwd")(x64, w64, dy64, eps=1e-5)
+    for got, exp, scale, what in zip((xr.grad, wr.grad, br.grad), want, scales, ("dx", "dw", "db"), strict=True):
+        check(got, exp, bwd_tol, scale, f"layer {what}")

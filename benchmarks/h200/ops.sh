@@ -243,7 +243,8 @@ case "${1:-fwd}" in
     # 8 of 128; 16384 x 8192 takes 15.5 waves of 8 x 132 rows by default, the half-empty last one ~3%: torch.compile
     # 4.20 against 4.01 there, run 62); then the fused rung's bias early or late
     step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py
-    grep -E "passed|failed" "$LOG" | tail -1
+    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k public_ops_through
+    grep -E "passed|failed" "$LOG" | tail -2
     NS="16384x8192,16384x16384,4096x65536,1024x262144"
     for sw in "_cluster_norm.W_GROUP_SMEM=None" "_cluster_norm.W_GROUP_SMEM=8" "_cluster_norm.W_EARLY=True" \
               "layer_norm.cuda.ONE_PASS_MEAN=True" \
