@@ -433,9 +433,14 @@ def pick(family_name: str, variant: str | None, x: torch.Tensor, kwargs: dict):
 
 
 def rows_aligned(x: torch.Tensor) -> bool:
-    """Whether the rows the kernels will read start on 16-byte boundaries (x itself, or the contiguous copy
-    :func:`rows2d` makes of it when its last dim is strided)."""
+    """Whether the rows the kernels will read take 16-byte accesses (the cluster rungs' test,
+    ``softmax.cuda.aligned``, on x's rows, or True where :func:`rows2d` will make a contiguous copy of x)."""
+    from kernelwright.ops.softmax.cuda import aligned
+
     if x.dim() == 0 or x.stride(-1) != 1:
         return True
-    elt = x.element_size()
-    return x.data_ptr() % 16 == 0 and (x.dim() < 2 or x.shape[-2] <= 1 or (x.stride(-2) * elt) % 16 == 0)
+    try:
+        x2 = x.view(-1, x.shape[-1])
+    except RuntimeError:  # not viewable as rows: rows2d copies it
+        return True
+    return aligned(x2, x2)
