@@ -30,6 +30,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh wstage       # run 61: both norm cluster rungs' tests, fp16/32
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normshape    # the norms' GPU tests, the cluster rungs' shapes
 #                                                                # at wide rows, both sweeps (carry .whl)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwdcluster   # the norm backward's cluster rung: tests, bench
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnwide       # the norm cluster rungs' switches W_GROUP_SMEM,
 #                                                                # W_EARLY, ONE_PASS_MEAN (tests first)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
@@ -231,6 +232,23 @@ case "${1:-fwd}" in
     done
     step 200 python3 -m kernelwright.cli bench rms_norm layer_norm --dtypes bf16 --max-seconds 0.4
     grep -E "│ (rms|layer)_norm|^   \(" "$LOG" | cut -c1-100
+    ;;
+  bwdcluster)
+    # session 16: the norm backward's cluster rung (CUDA C, persistent clusters, x and dy staged by cp.async), its
+    # GPU tests first, then against split and fused at issue 4's widths (each family in one process), then its
+    # switches at the widths split misses 3.0 TB/s: STAGES=3 (two steps in flight), HOLD_W (w in registers), HINTS
+    step 240 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    BS="16384x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
+    step 150 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+      --sizes "$BS" --variant cluster --variant split --variant fused --no-peers --max-seconds 0.3
+    for sw in "STAGES=3" "HOLD_W=True" "HINTS=True"; do
+      args=""; for a in $sw; do args="$args kernelwright.ops.rms_norm_bwd.cuda.$a"; done
+      step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench rms_norm_bwd layer_norm_bwd --dtypes bf16 \
+        --sizes 16384x1024,16384x8192,4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+      echo "   ($sw)" | tee -a "$LOG"
+    done
+    grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails

@@ -9,6 +9,13 @@ from kernelwright.registry import Rung
 
 _T = "kernelwright.ops.add_rms_norm_bwd.triton"
 
+
+def _cuda_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    from kernelwright.ops.rms_norm_bwd import cuda
+
+    return cuda.limit(size, kwargs)
+
+
 RUNGS = (
     Rung(
         "naive", "triton", f"{_T}:add_rms_norm_bwd_naive",
@@ -25,6 +32,18 @@ RUNGS = (
     Rung(
         "split", "triton", f"{_T}:add_rms_norm_bwd_split",
         "The rms_norm_bwd split rung with dh added. Predicted: >= 3.0 TB/s at 64k and 256k columns.",
+    ),
+    Rung(
+        "cluster", "cuda", "kernelwright.ops.rms_norm_bwd.cuda:add_rms_norm_bwd_cluster",
+        "CUDA C for Hopper: a persistent grid of thread-block clusters stepping over rows; each step's x and dy "
+        "staged one step ahead in shared memory by cp.async, the row's sums traded through distributed shared "
+        "memory at one cluster barrier (wide rows: 4 CTAs at 65536 bf16 columns, 16 at 262144) or by shuffles "
+        "(narrow rows, several a CTA), dweight partials in fp32 registers, one partial row a cluster. Unaligned "
+        "rows and fp32 past 131072 columns run split's kernel. Predicted: >= 3.0 TB/s at every width from 4096 "
+        "(split's global-memory exchange and one-row prefetch held it to 2.3-3.1 at 65536 and 1.9-2.6 at "
+        "262144).",
+        needs="hopper", limit=_cuda_limit,
+        artifacts="kernelwright.ops.rms_norm_bwd.cuda:add_rms_inspect_artifacts",
     ),
 )
 

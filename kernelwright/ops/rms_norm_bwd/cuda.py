@@ -1,0 +1,229 @@
+"""The norm backward rung ``cluster`` in CUDA C for Hopper, shared by ``rms_norm_bwd``, ``layer_norm_bwd`` and
+``add_rms_norm_bwd`` (kernel and its reasoning: ``cuda/cluster.cu``): a persistent grid of thread-block clusters
+stepping over rows, each step's x and dy staged ``STAGES - 1`` steps ahead in shared memory by cp.async, the row's
+two sums traded through distributed shared memory at one cluster barrier (wide rows) or a shuffle tree (narrow
+rows, several a CTA), dweight / dbias kept in fp32 registers for the thread's columns and written as one partial
+row a cluster, summed in a fixed order by the Triton rungs' ``_sum_partials``.
+
+Launch shape (:func:`bwd_config`): CTAs of ``THREADS`` = 512 threads, each thread ``NV`` = 4 16-byte vectors of a
+row (32 bf16 / fp16 or 16 fp32 columns); rows narrower than a CTA holds share it (1024 bf16 columns: a warp a row,
+16 rows a step), wider ones take a cluster of as many CTAs as they need (bf16 16384 columns: 1; 65536: 4; 262144:
+16, a non-portable size; fp32 to 131072 columns). One CTA an SM (the ring: 128 KB at two stages), as many clusters
+as the driver says the GPU holds at once (``cuOccupancyMaxActiveClusters``).
+
+Where the kernel cannot take a case the rung runs the split rung's kernel instead and says so in its docstring,
+not silently in the numbers: rows that are not 16-byte aligned or whose width is not a multiple of the vector, fp32
+rows past 131072 columns, a GPU that cannot hold the cluster size, strides past 32 bits. ``variant=None`` never
+picks the rung there (:func:`takes`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernelwright.backends import nvrtc
+from kernelwright.ops._norm_common import rows2d
+
+SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
+THREADS = 512
+NV = 4  # 16-byte vectors a thread holds of a row
+STAGES = 2
+"""Steps staged in the shared-memory ring (one being consumed, STAGES - 1 in flight): 64 KB a stage for x and dy of
+a CTA at 16-bit (96 KB with add_rms_norm's dh)."""
+HINTS = False  # experiment switch: dx stored with .cs (streaming)
+HOLD_W = False
+"""Experiment switch: w held in registers for the whole loop, not read from L1 in each pass. sm_90, bf16, 512
+threads at 128 registers: holding it spills 16-256 bytes a thread (layer norm at 1024 columns the most), reading it
+0-48 (none from 16384 columns)."""
+MAX_CLUSTER = 16
+MAX_COLS = 262144
+_DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+@dataclass(frozen=True)
+class BwdConfig:
+    cluster: int  # CTAs a row (1: the row within one CTA)
+    threads: int  # threads a CTA
+    tpr: int  # threads a row
+    nv: int  # 16-byte vectors a thread a row
+    stages: int
+
+    @property
+    def rows_a_step(self) -> int:
+        return self.threads // self.tpr
+
+
+def bwd_config(n_cols: int, elt: int) -> BwdConfig | None:
+    """The launch shape for rows of ``n_cols`` elements of ``elt`` bytes (16-byte path), or None where the kernel
+    cannot hold the row (past ``MAX_CLUSTER`` CTAs: fp32 beyond 131072 columns)."""
+    per = NV * (16 // elt)
+    need = -(-n_cols // per)  # threads for the whole row
+    if need <= THREADS:
+        return BwdConfig(1, THREADS, 1 << max(0, (need - 1).bit_length()), NV, STAGES)
+    c = -(-need // THREADS)
+    return BwdConfig(c, THREADS, THREADS, NV, STAGES) if c <= MAX_CLUSTER else None
+
+
+def smem_bytes(cfg: BwdConfig, dh: bool) -> int:
+    return cfg.stages * (3 if dh else 2) * cfg.nv * cfg.threads * 16
+
+
+def launch_cluster(cfg: BwdConfig) -> int:
+    """The cluster size set at launch: past 8 (non-portable; the kernel has no ``__cluster_dims__`` then)."""
+    return cfg.cluster if cfg.cluster > 8 else 0
+
+
+def options(cfg: BwdConfig, dtype: torch.dtype, center: bool, dh: bool, offset: bool) -> nvrtc.CompileOptions:
+    defines = {"DTYPE": _DTYPES[dtype], "THREADS": cfg.threads, "TPR": cfg.tpr, "CLUSTER": cfg.cluster,
+               "NV": cfg.nv, "STAGES": cfg.stages, "CENTER": int(center), "DH": int(dh), "OFFSET": int(offset),
+               "HINTS": int(HINTS), "HOLD_W": int(HOLD_W)}
+    return nvrtc.CompileOptions(defines=tuple(f"{k}={v}" for k, v in defines.items()))
+
+
+@functools.cache
+def _compiled(opts: nvrtc.CompileOptions) -> nvrtc.CudaKernel:
+    return nvrtc.CudaKernel(nvrtc.read_source(SOURCE), "norm_bwd_cluster", opts, what=str(SOURCE))
+
+
+def kernel(cfg: BwdConfig, dtype: torch.dtype, center: bool = False, dh: bool = False,
+           offset: bool = False) -> nvrtc.CudaKernel:
+    return _compiled(options(cfg, dtype, center, dh, offset))
+
+
+_resident: dict[tuple, int] = {}  # (kernel, device, config, dh) -> clusters the GPU holds at once
+
+
+def resident(k: nvrtc.CudaKernel, device: int, cfg: BwdConfig, dh: bool) -> int:
+    """Clusters of ``cfg`` the GPU holds at once, by the driver (0: none, e.g. a cluster size it refuses)."""
+    key = (id(k), device, cfg, dh)
+    if key not in _resident:
+        try:
+            _resident[key] = k.max_active_clusters(device, cfg.threads, cfg.cluster, smem_bytes(cfg, dh),
+                                                   launch_cluster=bool(launch_cluster(cfg)))
+        except nvrtc.CompileError:
+            raise
+        except RuntimeError:  # the driver refused the configuration
+            _resident[key] = 0
+    return _resident[key]
+
+
+def _aligned(*ts: torch.Tensor) -> bool:
+    return all(t.data_ptr() % 16 == 0 and (t.dim() < 2 or (t.stride(0) * t.element_size()) % 16 == 0) for t in ts)
+
+
+def takes(x2: torch.Tensor, *others: torch.Tensor) -> bool:
+    """Whether the CUDA kernel takes rows ``x2`` [R, D] (with the other row tensors and the weight) rather than
+    the split rung's kernel: 16-byte aligned rows and width, a launch shape for the width, strides in 32 bits."""
+    vec = 16 // x2.element_size()
+    return (x2.shape[1] % vec == 0 and bwd_config(x2.shape[1], x2.element_size()) is not None
+            and _aligned(x2, *others) and all(t.stride(0) < 2**31 for t in (x2, *others) if t.dim() == 2))
+
+
+def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, rstd: torch.Tensor, *,
+                          dx: torch.Tensor, dw: torch.Tensor, mean: torch.Tensor | None = None,
+                          db: torch.Tensor | None = None, dh: torch.Tensor | None = None,
+                          offset: bool = False) -> str:
+    """``dx``, ``dw`` (and ``db`` with ``mean``) as :func:`kernelwright.ops.rms_norm_bwd.triton.norm_backward`
+    takes them; returns which kernel ran: ``"cluster"``, or ``"split"`` where the CUDA kernel cannot take the case
+    (see the module docstring)."""
+    from kernelwright.ops.rms_norm_bwd import triton as tb
+
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols if n_cols else 0
+    center = mean is not None
+    x2, dy2 = rows2d(x), rows2d(dy)
+    dh2 = rows2d(dh) if dh is not None else None
+    w = weight.contiguous()
+    rows = [t for t in (x2, dy2, dh2, dx.view(-1, n_cols) if n_cols else dx) if t is not None]
+    if n_cols == 0 or n_rows == 0 or not takes(x2, *rows[1:], w):
+        tb.norm_backward("split", x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
+        return "split"
+    cfg = bwd_config(n_cols, x.element_size())
+    k = kernel(cfg, x.dtype, center, dh is not None, bool(offset))
+    device = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    held = resident(k, device, cfg, dh is not None)
+    if held <= 0:
+        tb.norm_backward("split", x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
+        return "split"
+    steps = -(-n_rows // cfg.rows_a_step)
+    clusters = min(steps, held)
+    pw = torch.empty((clusters, n_cols), dtype=torch.float32, device=x.device)
+    pb = torch.empty_like(pw) if center else pw
+    rstd = rstd.reshape(-1).contiguous()
+    mean = mean.reshape(-1).contiguous() if center else rstd
+    dx2 = dx.view(-1, n_cols)
+    h2 = dh2 if dh2 is not None else dy2
+    args = (x2, w, dy2, h2, mean, rstd, dx2, pw, pb, n_rows, n_cols, x2.stride(0), dy2.stride(0), h2.stride(0),
+            dx2.stride(0), 1.0 / n_cols)
+    k.launch((clusters * cfg.cluster,), (cfg.threads,), args, shared_mem=smem_bytes(cfg, dh is not None),
+             cluster=launch_cluster(cfg))
+    tb._sum_partials(pw, dw)
+    if center:
+        tb._sum_partials(pb, db)
+    return "cluster"
+
+
+# --- the three families' rungs ---------------------------------------------------------------------------------------
+def rms_norm_bwd_cluster(x, weight, dy, rstd, eps=1e-6, offset=False, *, out):
+    """rms_norm backward, rung ``cluster``: ``out`` = (dx, dweight)."""
+    dx, dw = out
+    norm_backward_cluster(x, weight, dy, rstd, dx=dx, dw=dw, offset=offset)
+    return out
+
+
+def layer_norm_bwd_cluster(x, weight, dy, mean, rstd, eps=1e-5, *, out):
+    """layer_norm backward, rung ``cluster``: ``out`` = (dx, dweight, dbias)."""
+    dx, dw, db = out
+    norm_backward_cluster(x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db)
+    return out
+
+
+def add_rms_norm_bwd_cluster(h, weight, dy, dh, rstd, eps=1e-6, offset=False, *, out):
+    """add_rms_norm backward, rung ``cluster``: ``out`` = (dx (= dresidual), dweight)."""
+    dx, dw = out
+    norm_backward_cluster(h, weight, dy, rstd, dx=dx, dw=dw, dh=dh, offset=offset)
+    return out
+
+
+def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    d = size[-1] if size else 1
+    if d > MAX_COLS:
+        return f"cluster: a row of {d} columns exceeds {MAX_COLS} (16 CTAs of 512 threads holding it)"
+    return None
+
+
+def artifact(n_cols: int, dtype: torch.dtype, center: bool = False, dh: bool = False, offset: bool = False,
+             rows: int = 1) -> dict:
+    """What the launcher would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed; the grid: one
+    cluster a step up to the H200's 132 SMs' worth, an upper bound on what the driver grants)."""
+    cfg = bwd_config(n_cols, torch.finfo(dtype).bits // 8)
+    if cfg is None:
+        raise ValueError(f"n_cols: {n_cols} {dtype} columns exceed the cluster backward's {MAX_CLUSTER} CTAs")
+    steps = -(-rows // cfg.rows_a_step)
+    return {"kernel": "norm_bwd_cluster", "cubin": kernel(cfg, dtype, center, dh, offset).cubin,
+            "threads_per_block": cfg.threads, "dynamic_smem": smem_bytes(cfg, dh),
+            "grid": (min(steps, 132 // cfg.cluster) * cfg.cluster, 1, 1), "config": cfg}
+
+
+def inspect_artifacts_for(center: bool, dh: bool):
+    def inspect_artifacts(size: tuple[int, ...], dtype: torch.dtype) -> list:
+        import math
+
+        from kernelwright.harness.inspect import Artifact
+
+        art = artifact(size[-1], dtype, center, dh, rows=max(1, math.prod(size[:-1])))
+        cfg = art["config"]
+        return [Artifact(kernel=art["kernel"], cubin=art["cubin"], threads_per_block=art["threads_per_block"],
+                         dynamic_smem=art["dynamic_smem"], grid=art["grid"], source=str(SOURCE),
+                         note=f"NVRTC, sm_90; {cfg.cluster} CTAs a row, {cfg.rows_a_step} rows a CTA a step, "
+                              f"{cfg.stages} stages")]
+    return inspect_artifacts
+
+
+rms_inspect_artifacts = inspect_artifacts_for(False, False)
+layer_inspect_artifacts = inspect_artifacts_for(True, False)
+add_rms_inspect_artifacts = inspect_artifacts_for(False, True)

@@ -1,0 +1,136 @@
+"""The norm backward cluster rung (CUDA C, Hopper; rms_norm_bwd, layer_norm_bwd, add_rms_norm_bwd): its launch
+shapes, that every one compiles for sm_90 (CPU, NVRTC), which cases it hands to the split rung's kernel, and on an
+H100/H200 that it matches float64 at widths from 1 to 262,144 columns and row counts around its steps and grid,
+through the harness's checks (poisoned outputs, inputs unchanged, two runs bit for bit)."""
+
+import pytest
+import torch
+
+from kernelwright import runtime
+from kernelwright.harness.verify import verify
+from kernelwright.ops.rms_norm_bwd import cuda as bc
+from kernelwright.registry import get_family
+
+FAMILIES = ("rms_norm_bwd", "layer_norm_bwd", "add_rms_norm_bwd")
+FLAGS = {"rms_norm_bwd": (False, False), "layer_norm_bwd": (True, False), "add_rms_norm_bwd": (False, True)}
+
+
+def test_launch_shapes():
+    bf16, fp32 = 2, 4
+    assert bc.bwd_config(1024, bf16) == bc.BwdConfig(1, 512, 32, 4, bc.STAGES)  # a warp a row, 16 rows a step
+    assert bc.bwd_config(1024, bf16).rows_a_step == 16
+    assert bc.bwd_config(16384, bf16) == bc.BwdConfig(1, 512, 512, 4, bc.STAGES)
+    assert bc.bwd_config(65536, bf16).cluster == 4 and bc.bwd_config(262144, bf16).cluster == 16
+    assert bc.bwd_config(1, bf16).tpr == 1 and bc.bwd_config(1, bf16).rows_a_step == 512
+    assert bc.bwd_config(131072, fp32).cluster == 16 and bc.bwd_config(131076, fp32) is None
+    assert bc.smem_bytes(bc.bwd_config(4096, bf16), dh=False) == 2 * 2 * 4 * 512 * 16
+
+
+def test_cases_the_kernel_does_not_take_go_to_split():
+    x = torch.randn(4, 4096, dtype=torch.bfloat16)
+    assert bc.takes(x, x)
+    assert not bc.takes(x[:, 1:4089], x[:, 1:4089])  # a row start off 16 bytes
+    y = torch.randn(4, 4100, dtype=torch.bfloat16)
+    assert not bc.takes(y, y)  # not a whole number of vectors
+    z = torch.randn(2, 131076, dtype=torch.float32)
+    assert not bc.takes(z, z)  # fp32 past 16 CTAs
+
+
+def test_rows_wider_than_the_rung_are_refused_by_name():
+    for name in FAMILIES:
+        rung = get_family(name).rung("cluster")
+        assert rung.needs == "hopper" and rung.backend == "cuda"
+        assert rung.refusal((2, 262144), {}) is None
+        why = rung.refusal((2, 262145), {})
+        assert why and "262145" in why and "cluster" in why
+
+
+def test_variant_none_does_not_take_it_before_it_is_measured():
+    for name in FAMILIES:
+        for d in (1024, 16384, 65536, 262144):
+            assert get_family(name).preferred((64, d), {}, torch.bfloat16)[0] != "cluster"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_every_launch_shape_compiles_for_sm90(name, dtype):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    center, dh = FLAGS[name]
+    for n in (8, 1024, 4096, 16384, 65536, 131072, 262144):
+        if bc.bwd_config(n, dtype.itemsize) is None:
+            continue
+        art = bc.artifact(n, dtype, center, dh, offset=not center)
+        rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
+        assert rep.registers <= 128, rep.registers  # launch bounds: 512 threads, one CTA an SM
+        # the 16-bit narrow shapes spill a little (sm_90: at most 48 bytes, layer norm at 4096-8192 columns)
+        assert rep.stack_bytes <= 64, (n, rep.stack_bytes)
+        assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
+        assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == (2 if art["config"].cluster > 1 else 0), n
+        assert any(op.startswith("LDGSTS") for op in rep.mix.opcodes), "x and dy staged by cp.async"
+
+
+hopper = pytest.mark.skipif(not runtime.is_hopper(),
+                            reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
+WIDTHS = [1, 8, 56, 1000, 1024, 4096, 8192, 16384, 32776, 65536, 131072, 262144]
+
+
+def _rows(n: int) -> list[int]:
+    # fewer rows than a step (narrow rows: 512 // threads a row), a step and a bit, more steps than the grid
+    cap = max(1, (1 << 23) // n)
+    return sorted({min(cap, r) for r in (1, 3, 17, 300)})
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_matches_float64(name, dtype):
+    fam = get_family(name)
+    shapes = []
+    for n in WIDTHS:
+        for r in _rows(n):
+            shapes.append(((r, n), {}))
+            if name != "layer_norm_bwd" and r == 3:
+                shapes.append(((r, n), {"offset": True}))
+    shapes.append(((2, 3, 4096), {}))
+    results = verify(fam, [fam.rung("cluster")], [dtype], device="cuda", shapes=shapes,
+                     layouts=("contiguous",))
+    assert len(results) == len(shapes)
+    bad = [r for r in results if not r.ok]
+    assert not bad, "\n".join(f"{r.shape} seed={r.seed}: {r.reason}" for r in bad[:10])
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("name", FAMILIES)
+def test_layouts_and_distributions_on_the_fuzz(name):
+    fam = get_family(name)
+    results = verify(fam, [fam.rung("cluster")], [torch.bfloat16, torch.float32], device="cuda")
+    assert results and all(r.ok for r in results), [r for r in results if not r.ok][:5]
+    assert {r.layout for r in results} == {"contiguous", "strided", "transposed"}
+
+
+@pytest.mark.gpu
+@hopper
+def test_which_kernel_ran_and_many_rows():
+    gen = torch.Generator("cuda").manual_seed(3)
+
+    def run(x, dy, w):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+        dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
+        return bc.norm_backward_cluster(x, w, dy, rstd, dx=dx, dw=dw), dx, dw, rstd
+
+    for shape in ((20000, 1024), (4096, 65536), (64, 262144)):
+        x = torch.randn(shape, device="cuda", generator=gen).bfloat16()
+        dy = torch.randn(shape, device="cuda", generator=gen).bfloat16()
+        w = torch.randn(shape[-1], device="cuda", generator=gen).bfloat16()
+        ran, dx, dw, rstd = run(x, dy, w)
+        assert ran == "cluster", shape
+        fam = get_family("rms_norm_bwd")
+        ref_dx, ref_dw = fam.reference(x.double(), w.double(), dy.double(), rstd.double())
+        assert torch.allclose(dx.double(), ref_dx, rtol=2e-2, atol=2e-2 * ref_dx.abs().max().item())
+        assert torch.allclose(dw.double(), ref_dw, rtol=2e-2, atol=2e-2 * ref_dw.abs().max().item())
+    x = torch.randn(8, 4097, device="cuda").bfloat16()[:, 1:]  # unaligned rows: split's kernel
+    assert run(x, x.clone(), torch.randn(4096, device="cuda").bfloat16())[0] == "split"
