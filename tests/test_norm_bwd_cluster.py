@@ -23,7 +23,8 @@ def test_launch_shapes():
     assert bc.bwd_config(65536, bf16).cluster == 4 and bc.bwd_config(262144, bf16).cluster == 16
     assert bc.bwd_config(1, bf16).tpr == 1 and bc.bwd_config(1, bf16).rows_a_step == 512
     assert bc.bwd_config(131072, fp32).cluster == 16 and bc.bwd_config(131076, fp32) is None
-    assert bc.smem_bytes(bc.bwd_config(4096, bf16), dh=False) == 2 * 2 * 4 * 512 * 16
+    assert bc.smem_bytes(bc.bwd_config(4096, bf16), dh=False) == (2 * 2 + 1) * 4 * 512 * 16  # ring, then w
+    assert bc.smem_bytes(bc.bwd_config(4096, bf16, dh=True), dh=True) == (2 * 3 + 1) * 4 * 512 * 16
 
 
 def test_cases_the_kernel_does_not_take_go_to_split():
@@ -64,8 +65,10 @@ def test_every_launch_shape_compiles_for_sm90(name, dtype):
         art = bc.artifact(n, dtype, center, dh, offset=not center)
         rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
         assert rep.registers <= 128, rep.registers  # launch bounds: 512 threads, one CTA an SM
-        # the 16-bit narrow shapes spill a little (sm_90: at most 48 bytes, layer norm at 4096-8192 columns)
-        assert rep.stack_bytes <= 64, (n, rep.stack_bytes)
+        # sm_90: no spills from 16384 columns; narrower 16-bit rows spill 8-24 bytes, layer norm's 176 at <= 1024
+        # columns (a warp a row: dweight and dbias accumulators with no barrier between the passes)
+        narrow_layer = center and dtype != torch.float32 and n <= 1024
+        assert rep.stack_bytes <= (192 if narrow_layer else 32 if n < 16384 else 0), (n, rep.stack_bytes)
         assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
         assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == (2 if art["config"].cluster > 1 else 0), n
         assert any(op.startswith("LDGSTS") for op in rep.mix.opcodes), "x and dy staged by cp.async"

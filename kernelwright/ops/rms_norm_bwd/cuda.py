@@ -33,12 +33,15 @@ THREADS = 512
 NV = 4  # 16-byte vectors a thread holds of a row
 STAGES = 2
 """Steps staged in the shared-memory ring (one being consumed, STAGES - 1 in flight): 64 KB a stage for x and dy of
-a CTA at 16-bit (96 KB with add_rms_norm's dh)."""
+a CTA at 16-bit (96 KB with add_rms_norm's dh), plus 32 KB for w. Run 67, with w then read from L1: 3 stages lost
+17-30% at 65536-262144 columns (192 KB of ring left L1 no room for w)."""
 HINTS = False  # experiment switch: dx stored with .cs (streaming)
 HOLD_W = False
-"""Experiment switch: w held in registers for the whole loop, not read from L1 in each pass. sm_90, bf16, 512
-threads at 128 registers: holding it spills 16-256 bytes a thread (layer norm at 1024 columns the most), reading it
-0-48 (none from 16384 columns)."""
+"""Experiment switch: w held in registers for the whole loop, not in shared memory. sm_90, bf16, 512 threads at 128
+registers: holding it spills 16-256 bytes a thread (layer norm at 1024 columns the most). Run 67 (bf16 TB/s, 4096 x
+65536 / 1024 x 262144): held, rms 3.47 / 2.99 and layer norm 3.36 / 2.86, against 2.96 / 2.51 and 2.39 / 1.75 with w
+read from L1 in each pass (that path, since replaced by the shared-memory copy: the staged x and dy leave L1 little
+room, and each pass waited on L2 for w)."""
 MAX_CLUSTER = 16
 MAX_COLS = 262144
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -57,24 +60,34 @@ class BwdConfig:
         return self.threads // self.tpr
 
 
-def bwd_config(n_cols: int, elt: int) -> BwdConfig | None:
+SMEM_LIMIT = 227 * 1024  # dynamic shared memory a CTA may take on sm_90
+
+
+def bwd_config(n_cols: int, elt: int, dh: bool = False) -> BwdConfig | None:
     """The launch shape for rows of ``n_cols`` elements of ``elt`` bytes (16-byte path), or None where the kernel
-    cannot hold the row (past ``MAX_CLUSTER`` CTAs: fp32 beyond 131072 columns)."""
+    cannot hold the row (past ``MAX_CLUSTER`` CTAs: fp32 beyond 131072 columns). ``STAGES`` drops to what shared
+    memory holds (with ``dh``, three arrays a stage)."""
     per = NV * (16 // elt)
     need = -(-n_cols // per)  # threads for the whole row
-    if need <= THREADS:
-        return BwdConfig(1, THREADS, 1 << max(0, (need - 1).bit_length()), NV, STAGES)
-    c = -(-need // THREADS)
-    return BwdConfig(c, THREADS, THREADS, NV, STAGES) if c <= MAX_CLUSTER else None
+    c = 1 if need <= THREADS else -(-need // THREADS)
+    if c > MAX_CLUSTER:
+        return None
+    tpr = 1 << max(0, (need - 1).bit_length()) if c == 1 else THREADS
+    stages = STAGES
+    while stages > 2 and smem_bytes(BwdConfig(c, THREADS, tpr, NV, stages), dh) > SMEM_LIMIT:
+        stages -= 1
+    return BwdConfig(c, THREADS, tpr, NV, stages)
 
 
 def smem_bytes(cfg: BwdConfig, dh: bool) -> int:
-    return cfg.stages * (3 if dh else 2) * cfg.nv * cfg.threads * 16
+    """The ring of staged steps, then w's vectors (unless ``HOLD_W``)."""
+    return (cfg.stages * (3 if dh else 2) + (0 if HOLD_W else 1)) * cfg.nv * cfg.threads * 16
 
 
 def launch_cluster(cfg: BwdConfig) -> int:
-    """The cluster size set at launch: past 8 (non-portable; the kernel has no ``__cluster_dims__`` then)."""
-    return cfg.cluster if cfg.cluster > 8 else 0
+    """The cluster size set at launch: 1 (so the driver's cluster occupancy query counts the CTAs an SM holds) or
+    past 8 (non-portable); the kernel carries 2..8 in ``__cluster_dims__``."""
+    return cfg.cluster if cfg.cluster > 8 or cfg.cluster == 1 else 0
 
 
 def options(cfg: BwdConfig, dtype: torch.dtype, center: bool, dh: bool, offset: bool) -> nvrtc.CompileOptions:
@@ -142,7 +155,7 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
     if n_cols == 0 or n_rows == 0 or not takes(x2, *rows[1:], w):
         tb.norm_backward("split", x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
         return "split"
-    cfg = bwd_config(n_cols, x.element_size())
+    cfg = bwd_config(n_cols, x.element_size(), dh is not None)
     k = kernel(cfg, x.dtype, center, dh is not None, bool(offset))
     device = x.device.index if x.device.index is not None else torch.cuda.current_device()
     held = resident(k, device, cfg, dh is not None)
@@ -200,7 +213,7 @@ def artifact(n_cols: int, dtype: torch.dtype, center: bool = False, dh: bool = F
              rows: int = 1) -> dict:
     """What the launcher would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed; the grid: one
     cluster a step up to the H200's 132 SMs' worth, an upper bound on what the driver grants)."""
-    cfg = bwd_config(n_cols, torch.finfo(dtype).bits // 8)
+    cfg = bwd_config(n_cols, torch.finfo(dtype).bits // 8, dh)
     if cfg is None:
         raise ValueError(f"n_cols: {n_cols} {dtype} columns exceed the cluster backward's {MAX_CLUSTER} CTAs")
     steps = -(-rows // cfg.rows_a_step)

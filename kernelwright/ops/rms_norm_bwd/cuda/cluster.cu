@@ -19,7 +19,9 @@
 //      every warp reads CTA c's partial, the warp sums them (the same order in every CTA, so every CTA of the row
 //      gets the same bits).
 //   4. pass 2: dx from the staged vectors again (16-byte stores), and dweight (dbias) accumulated in fp32
-//      registers for the thread's fixed columns; w' held in registers for the whole grid-stride loop.
+//      registers for the thread's fixed columns; w' read from shared memory, where each thread copied its columns
+//      once (HOLD_W: registers; read from L1 in each pass instead, run 67 lost 11-26% at 65536-262144 columns:
+//      the staged x and dy leave L1 little room, and every pass waited on L2 for w).
 // After the loop each CTA writes one partial row of dweight (dbias) for its columns (several rows a step: summed
 // over the CTA's row groups in shared memory first, in a fixed order); a second kernel sums the partial rows in a
 // fixed order (no atomics: bitwise reproducible for a given grid). 16-byte path only (widths a multiple of the
@@ -27,7 +29,7 @@
 //
 // Defines: DTYPE (0 fp32, 1 fp16, 2 bf16), THREADS, TPR (threads a row, a power of two; = THREADS when CLUSTER >
 // 1), CLUSTER (1..16; past 8 set at launch), NV (16-byte vectors a thread a row), STAGES (>= 2), CENTER, DH,
-// OFFSET, HINTS (streaming stores of dx).
+// OFFSET, HINTS (streaming stores of dx), HOLD_W.
 
 #if !defined(DTYPE) || !defined(THREADS) || !defined(TPR) || !defined(CLUSTER) || !defined(NV) || !defined(STAGES)
 #error "compile with -DDTYPE= -DTHREADS= -DTPR= -DCLUSTER= -DNV= -DSTAGES="
@@ -43,7 +45,7 @@
 #define OFFSET 0
 #endif
 #ifndef HOLD_W
-#define HOLD_W 0
+#define HOLD_W 0  // w' in registers, not shared memory
 #endif
 
 #include "../../_cuda/rows.cuh"  // element formats, cluster primitives, warp sums, 16-byte stores
@@ -58,11 +60,13 @@ static_assert((TPR & (TPR - 1)) == 0 && TPR <= THREADS && THREADS % TPR == 0, "T
 static_assert(CLUSTER == 1 || TPR == THREADS, "a cluster holds one row a step");
 static_assert(CLUSTER >= 1 && CLUSTER <= 16 && STAGES >= 2, "cluster sizes 1..16, two stages at least");
 
-extern __shared__ uint4 ring[];  // [STAGES][NARR][NV][THREADS]; after the loop, the partial sums' scratch
+extern __shared__ uint4 ring[];  // [STAGES][NARR][NV][THREADS], then w's [NV][THREADS] (unless HOLD_W); after the
+                                 // loop, the partial sums' scratch
 
 __device__ __forceinline__ uint4* slot(int s, int a, int j) {
     return ring + ((s * NARR + a) * NV + j) * THREADS + threadIdx.x;
 }
+__device__ __forceinline__ uint4* wslot(int j) { return ring + (STAGES * NARR * NV + j) * THREADS + threadIdx.x; }
 
 __device__ __forceinline__ void copy16(uint4* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
@@ -137,9 +141,6 @@ __device__ __forceinline__ float2 row_sums(float s1, float s2, int parity, float
 }
 
 __device__ __forceinline__ float weight_of(unsigned ww, int i) { return OFFSET ? 1.0f + elem(ww, i) : elem(ww, i); }
-__device__ __forceinline__ uint4 w_vector(const uint4* wp, int col, int n_cols) {
-    return col < n_cols ? __ldg(wp + col / VEC) : make_uint4(0u, 0u, 0u, 0u);
-}
 
 extern "C" __global__ void
 #if CLUSTER > 1 && CLUSTER <= 8
@@ -165,18 +166,28 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
 #else
     (void)dh_, (void)dh_stride;
 #endif
-    // w' of this thread's columns: held in registers for the whole loop (HOLD_W), or read from L1 in each pass
-    // (cp.async.cg stages x and dy past L1, so w's 32 KB a CTA stay there)
+    // w' of this thread's columns: copied once into this thread's own shared-memory slots (a commit group ahead of
+    // the ring's, so the first step's wait covers it), or held in registers (HOLD_W)
     const uint4* wp = static_cast<const uint4*>(w_);
 #if HOLD_W
     unsigned wv[NV][WORDS];
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
-        const uint4 q = w_vector(wp, col0 + j * TPR * VEC, n_cols);
+        const int col = col0 + j * TPR * VEC;
+        const uint4 q = col < n_cols ? __ldg(wp + col / VEC) : make_uint4(0u, 0u, 0u, 0u);
         wv[j][0] = q.x, wv[j][1] = q.y, wv[j][2] = q.z, wv[j][3] = q.w;
     }
 #define W_WORD(j, k) wv[j][k]
 #else
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int col = col0 + j * TPR * VEC;
+        if (col < n_cols)
+            copy16(wslot(j), wp + col / VEC);
+        else
+            *wslot(j) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
 #define W_WORD(j, k) word(wq, k)
 #endif
     float dw[NV][WORDS][PER_WORD], db[NV][WORDS][PER_WORD];
@@ -208,7 +219,7 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
         for (int j = 0; j < NV; ++j) {
             const uint4 xq = *slot(s, 0, j), gq = *slot(s, 1, j);
 #if !HOLD_W
-            const uint4 wq = w_vector(wp, col0 + j * TPR * VEC, n_cols);
+            const uint4 wq = *wslot(j);
 #endif
 #pragma unroll
             for (int k = 0; k < WORDS; ++k)
@@ -234,7 +245,7 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
             const uint4 hq = *slot(s, 2, j);
 #endif
 #if !HOLD_W
-            const uint4 wq = w_vector(wp, col0 + j * TPR * VEC, n_cols);
+            const uint4 wq = *wslot(j);
 #endif
             unsigned o[WORDS];
 #pragma unroll
