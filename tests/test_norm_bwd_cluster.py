@@ -46,10 +46,19 @@ def test_rows_wider_than_the_rung_are_refused_by_name():
         assert why and "262145" in why and "cluster" in why
 
 
-def test_variant_none_does_not_take_it_before_it_is_measured():
+def test_variant_none_takes_it_where_it_led_on_the_h200():
+    bf16, fp32 = torch.bfloat16, torch.float32
     for name in FAMILIES:
-        for d in (1024, 16384, 65536, 262144):
-            assert get_family(name).preferred((64, d), {}, torch.bfloat16)[0] != "cluster"
+        fam = get_family(name)
+        for d in (4096, 8192, 16384, 65536, 262144):  # run 68: ahead of split and fused (bf16)
+            assert fam.preferred((64, d), {}, bf16)[0] == "cluster", (name, d)
+            assert fam.preferred((64, d), {}, torch.float16)[0] == "cluster", (name, d)
+            assert fam.preferred((64, d), {}, fp32)[0] != "cluster"  # fp32: another launch shape, never timed
+            assert fam.preferred((64, d), {})[0] != "cluster"  # no dtype: the choice for every dtype
+            assert fam.preferred((64, d), {"aligned": False}, bf16)[0] != "cluster"
+        assert fam.preferred((64, 4100), {}, bf16)[0] != "cluster"  # not a whole number of 16-byte vectors
+    assert get_family("layer_norm_bwd").preferred((64, 1024), {}, bf16)[0] == "fused"  # 1.58 against 1.50
+    assert get_family("rms_norm_bwd").preferred((64, 1024), {}, bf16)[0] == "cluster"  # 2.38 against 2.08
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -135,5 +144,7 @@ def test_which_kernel_ran_and_many_rows():
         ref_dx, ref_dw = fam.reference(x.double(), w.double(), dy.double(), rstd.double())
         assert torch.allclose(dx.double(), ref_dx, rtol=2e-2, atol=2e-2 * ref_dx.abs().max().item())
         assert torch.allclose(dw.double(), ref_dw, rtol=2e-2, atol=2e-2 * ref_dw.abs().max().item())
-    x = torch.randn(8, 4097, device="cuda").bfloat16()[:, 1:]  # unaligned rows: split's kernel
-    assert run(x, x.clone(), torch.randn(4096, device="cuda").bfloat16())[0] == "split"
+    x = torch.randn(8, 4097, device="cuda").bfloat16()[:, 1:]  # unaligned rows: a Triton rung's kernel
+    assert run(x, x.clone(), torch.randn(4096, device="cuda").bfloat16())[0] == "fused"
+    x = torch.randn(2, 65537, device="cuda").bfloat16()[:, 1:]
+    assert run(x, x.clone(), torch.randn(65536, device="cuda").bfloat16())[0] == "split"

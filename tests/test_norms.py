@@ -698,20 +698,25 @@ def test_fast_stats_default_follows_the_measured_choice(monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not runtime.is_hopper(), reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("cols", [8192, 16384, 65536])
+@pytest.mark.parametrize("cols", [1024, 8192, 16384, 65536, 262144])
 def test_public_ops_through_the_choice_forward_and_backward_on_hopper(dtype, cols):
-    # variant=None takes the CUDA cluster rung at these widths (session 15, nc.cluster_leads): the public ops'
-    # forward, the statistics it saves for the backward, and the gradients, against float64 with the families' own
-    # tolerances and error scales; rows that do not start on 16 bytes keep the Triton rungs
+    # variant=None takes the CUDA cluster rungs at these widths (sessions 15-16, nc.cluster_leads and
+    # nc.bwd_cluster_leads): the public ops' forward, the statistics it saves for the backward, and the gradients,
+    # against float64 with the families' own tolerances and error scales; rows that do not start on 16 bytes keep
+    # the Triton rungs
     from kernelwright.harness.verify import compare
 
     rows = 48
     x = (torch.randn(2, rows // 2, cols, device="cuda") * 2 + 1).to(dtype)
     w, b = torch.randn(cols, device="cuda").to(dtype), torch.randn(cols, device="cuda").to(dtype)
     dy = torch.randn(2, rows // 2, cols, device="cuda").to(dtype)
-    rms_cluster = cols <= 16384 or dtype != torch.float32
-    assert nc.pick("rms_norm", None, x, {"eps": 1e-6}).name == ("cluster" if rms_cluster else "split")
-    assert nc.pick("layer_norm", None, x, {"eps": 1e-5}).name == ("cluster" if cols <= 16384 else "split")
+    rms_cluster = 8192 <= cols <= 16384 or (8192 <= cols <= 65536 and dtype != torch.float32)
+    assert (nc.pick("rms_norm", None, x, {"eps": 1e-6}).name == "cluster") is rms_cluster
+    assert (nc.pick("layer_norm", None, x, {"eps": 1e-5}).name == "cluster") is (8192 <= cols <= 16384)
+    bf16 = dtype == torch.bfloat16
+    assert (nc.pick("rms_norm_bwd", None, x, {"eps": 1e-6}).name == "cluster") is bf16
+    assert (nc.pick("layer_norm_bwd", None, x, {"eps": 1e-5}).name == "cluster") is (bf16 and cols >= 4096)
+    assert (nc.pick("add_rms_norm_bwd", None, x, {"eps": 1e-6}).name == "cluster") is bf16
     unaligned = torch.randn(rows, cols + 1, device="cuda").to(dtype)[:, 1:]
     assert nc.pick("rms_norm", None, unaligned, {"eps": 1e-6}).name != "cluster"
     x64, w64, b64, dy64 = (t.double() for t in (x, w, b, dy))

@@ -31,6 +31,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normshape    # the norms' GPU tests, the cluster rungs' shapes
 #                                                                # at wide rows, both sweeps (carry .whl)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwdcluster   # the norm backward's cluster rung: tests, bench
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwdsweep     # its tests, the public ops, the sweep with peers
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnwide       # the norm cluster rungs' switches W_GROUP_SMEM,
 #                                                                # W_EARLY, ONE_PASS_MEAN (tests first)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
@@ -266,6 +267,18 @@ case "${1:-fwd}" in
       echo "   ($sw)" | tee -a "$LOG"
     done
     grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
+    ;;
+  bwdsweep)
+    # session 16, after run 68 (variant=None now takes the backward cluster rung for 16-bit rows on Hopper): its GPU
+    # tests, the public ops' forward and backward through the choice, then the three backward families with every
+    # rung and peer in one process each (carry .whl for Liger)
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py
+    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k public_ops_through
+    grep -E "passed|failed" "$LOG" | tail -2
+    BS="16384x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
+    step 240 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+      --sizes "$BS" --max-seconds 0.3
+    grep -E "│ (rms|layer|add_rms)_norm_bwd" "$LOG" | cut -c1-100
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails

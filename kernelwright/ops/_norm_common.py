@@ -60,6 +60,23 @@ def cluster_leads(kind: str, d: int, dtype: torch.dtype | None) -> bool:
     return lo <= d <= top
 
 
+BWD_CLUSTER_FROM = {"rms_bwd": 1024, "layer_bwd": 4096, "add_rms_bwd": 1024}
+"""Where ``variant=None`` takes the Hopper backward ``cluster`` rung (:func:`bwd_cluster_leads`): from this width to
+262144 columns, 16-bit types. H200 run 68 (bf16 TB/s, cluster against the best Triton rung, 16384 x 1024 / 4096 /
+8192 / 16384, 4096 x 65536, 1024 x 262144): rms 2.38 / 3.48 / 3.85 / 3.82 / 3.46 / 3.00 against 2.08 / 3.31 / 3.87 /
+3.02 / 3.11 / 2.37; layer norm 1.50 / 2.94 / 3.42 / 3.17 / 3.31 / 2.94 against 1.58 / 2.81 / 2.80 / 2.44 / 2.51 / 1.96
+(fused keeps 1024 columns); add_rms 2.65 / 3.56 / 3.87 / 4.06 / 3.51 / 2.93 against 2.49 / 3.49 / 3.84 / 3.17 / 3.15
+/ 2.56. fp32 takes another launch shape (16 columns a thread), never timed: not chosen."""
+
+
+def bwd_cluster_leads(kind: str, d: int, dtype: torch.dtype | None) -> bool:
+    """Whether the backward ``cluster`` rung leads for rows of ``d`` columns of ``dtype`` (see
+    :data:`BWD_CLUSTER_FROM`; widths a multiple of 8, the kernel's 16-byte path)."""
+    lo = BWD_CLUSTER_FROM.get(kind)
+    return (lo is not None and dtype in (torch.float16, torch.bfloat16) and d % 8 == 0
+            and lo <= d <= 262144)
+
+
 FORWARD_KINDS = ("rms", "layer", "add_rms")
 KINDS = FORWARD_KINDS + ("rms_bwd", "layer_bwd", "add_rms_bwd")
 _DEFAULT_EPS = {"rms": 1e-6, "layer": 1e-5, "add_rms": 1e-6}
@@ -104,7 +121,7 @@ def chooser(rungs: tuple[Rung, ...], kind: str):
             order = ["fused", "split", "chunked"]
         else:
             order = ["split", "fused", "chunked"]
-        if cluster_leads(kind, d, dtype) and kwargs.get("aligned", True):
+        if (cluster_leads(kind, d, dtype) or bwd_cluster_leads(kind, d, dtype)) and kwargs.get("aligned", True):
             order = ["cluster", *order]
         return [n for n in order + ["naive"] if n in names]
 

@@ -11,10 +11,14 @@ row (32 bf16 / fp16 or 16 fp32 columns); rows narrower than a CTA holds share it
 16, a non-portable size; fp32 to 131072 columns). One CTA an SM (the ring: 128 KB at two stages), as many clusters
 as the driver says the GPU holds at once (``cuOccupancyMaxActiveClusters``).
 
-Where the kernel cannot take a case the rung runs the split rung's kernel instead and says so in its docstring,
-not silently in the numbers: rows that are not 16-byte aligned or whose width is not a multiple of the vector, fp32
-rows past 131072 columns, a GPU that cannot hold the cluster size, strides past 32 bits. ``variant=None`` never
-picks the rung there (:func:`takes`).
+Where the kernel cannot take a case the rung runs a Triton rung's kernel instead (``fused`` up to 16384 columns,
+else ``split``): rows that are not 16-byte aligned or whose width is not a multiple of the vector, fp32 rows past
+131072 columns, a GPU that cannot hold the cluster size, strides past 32 bits (:func:`takes`;
+:func:`norm_backward_cluster` returns which ran). ``variant=None`` does not pick the rung for unaligned rows.
+
+H200 run 68 (bf16 TB/s, 16384 x 1024 / 4096 / 8192 / 16384, 4096 x 65536, 1024 x 262144): rms_norm 2.38 / 3.48 /
+3.85 / 3.82 / 3.46 / 3.00, layer_norm 1.50 / 2.94 / 3.42 / 3.17 / 3.31 / 2.94, add_rms_norm 2.65 / 3.56 / 3.87 /
+4.06 / 3.51 / 2.93 (the Triton split rung: 1.14-3.72, 0.82-2.81, 1.38-3.78).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 import torch
 
 from kernelwright.backends import nvrtc
-from kernelwright.ops._norm_common import rows2d
+from kernelwright.ops._norm_common import FUSED_BWD_MAX_COLS, rows2d
 
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 THREADS = 512
@@ -141,8 +145,8 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
                           db: torch.Tensor | None = None, dh: torch.Tensor | None = None,
                           offset: bool = False) -> str:
     """``dx``, ``dw`` (and ``db`` with ``mean``) as :func:`kernelwright.ops.rms_norm_bwd.triton.norm_backward`
-    takes them; returns which kernel ran: ``"cluster"``, or ``"split"`` where the CUDA kernel cannot take the case
-    (see the module docstring)."""
+    takes them; returns which kernel ran: ``"cluster"``, or where the CUDA kernel cannot take the case (see the
+    module docstring) the Triton rung that ran instead, ``"fused"`` (rows it holds) or ``"split"``."""
     from kernelwright.ops.rms_norm_bwd import triton as tb
 
     n_cols = x.shape[-1]
@@ -152,16 +156,17 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
     dh2 = rows2d(dh) if dh is not None else None
     w = weight.contiguous()
     rows = [t for t in (x2, dy2, dh2, dx.view(-1, n_cols) if n_cols else dx) if t is not None]
+    fallback = "fused" if n_cols <= FUSED_BWD_MAX_COLS else "split"
     if n_cols == 0 or n_rows == 0 or not takes(x2, *rows[1:], w):
-        tb.norm_backward("split", x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
-        return "split"
+        tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
+        return fallback
     cfg = bwd_config(n_cols, x.element_size(), dh is not None)
     k = kernel(cfg, x.dtype, center, dh is not None, bool(offset))
     device = x.device.index if x.device.index is not None else torch.cuda.current_device()
     held = resident(k, device, cfg, dh is not None)
     if held <= 0:
-        tb.norm_backward("split", x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
-        return "split"
+        tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
+        return fallback
     steps = -(-n_rows // cfg.rows_a_step)
     clusters = min(steps, held)
     pw = torch.empty((clusters, n_cols), dtype=torch.float32, device=x.device)
