@@ -128,3 +128,17 @@ def test_multi_output_family_checks_every_output():
     cmp = check_case(two, forgets_second, case, torch.bfloat16)
     assert not cmp.ok and cmp.reason.startswith("output 1:") and "NaN" in cmp.reason
     assert not check_case(two, wrong_dtype_second, case, torch.bfloat16).ok
+
+
+def test_the_norm_bound_counts_the_error_scale_where_the_result_cancels():
+    # a result that cancels (a norm backward's dx at one column): terms of size ~1, result ~1e-7 or exactly 0.
+    # Rounding errors of the terms' size pass with their error scale and fail without it; an error beyond the
+    # scale fails either way.
+    tol = Tolerance(atol=1e-9, rtol=2e-5, norm=1e-5, acc=1e-5)
+    scale = torch.full((64,), 2.0, dtype=torch.float64)
+    noise = torch.linspace(-1, 1, 64, dtype=torch.float64) * 1e-6  # within acc * scale = 2e-5 elementwise
+    for ref in (torch.full((64,), 1e-7, dtype=torch.float64), torch.zeros(64, dtype=torch.float64)):
+        out = (ref + noise).float()
+        assert compare(out, ref, tol, scale).ok
+        assert not compare(out, ref, tol).ok  # no scale: relative to a tiny (or zero) result
+        assert not compare((ref + noise * 100).float(), ref, tol, scale).ok  # past the scale elementwise

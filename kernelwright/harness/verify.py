@@ -86,10 +86,12 @@ def compare(out: torch.Tensor, ref64: torch.Tensor, tol: Tolerance, scale: torch
     e = expected[o_fin]
     floor = float(torch.linalg.vector_norm(e - r)) / denom if denom > 0 else 0.0
     limit = max(tol.norm, 2 * floor)
-    if scale is not None and tol.acc and denom > 0:
+    if scale is not None and tol.acc:
         # nor tighter than the accumulated rounding the elementwise bound allows: where the result cancels (a
-        # norm backward's dx at one column: rstd * w * dy * eps / (x^2 + eps)), its norm is far below its terms'
-        limit = max(limit, tol.acc * float(torch.linalg.vector_norm(scale.double()[o_fin])) / denom)
+        # norm backward's dx at one column: rstd * w * dy * eps / (x^2 + eps) for RMS, exactly 0 for layer norm),
+        # its norm is far below its terms' (relative to the result's norm, or absolute where that is 0, as rel is)
+        acc_norm = tol.acc * float(torch.linalg.vector_norm(scale.double()[o_fin]))
+        limit = max(limit, acc_norm / denom if denom > 0 else acc_norm)
     if rel > limit:
         return Comparison(False, max_abs, rel, f"relative norm error {rel:.3g} > {limit:.3g}")
     return Comparison(True, max_abs, rel)
