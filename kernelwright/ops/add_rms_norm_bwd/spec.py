@@ -43,7 +43,7 @@ RUNGS = (
         "(split's global-memory exchange and one-row prefetch held it to 2.3-3.1 at 65536 and 1.9-2.6 at "
         "262144). H200 run 69 (bf16 TB/s at 1024 / 4096 / 8192 / 16384 / 65536 / 262144 columns): "
         "add_rms 2.65 / 3.59 / 3.87 / 3.98 / 3.53 / 2.93; "
-        "w first read from L1 each pass (run 67) was 11-42% slower at the wide rows.",
+        "w first read from L1 each pass (run 67) was 14-39% slower at the wide rows.",
         needs="hopper", limit=_cuda_limit,
         artifacts="kernelwright.ops.rms_norm_bwd.cuda:add_rms_inspect_artifacts",
     ),

@@ -44,7 +44,7 @@ RUNGS = (
         "(split's global-memory exchange and one-row prefetch held it to 2.3-3.1 at 65536 and 1.9-2.6 at "
         "262144). H200 run 69 (bf16 TB/s at 1024 / 4096 / 8192 / 16384 / 65536 / 262144 columns): "
         "layer norm 1.49 / 2.96 / 3.40 / 3.18 / 3.37 / 2.99; "
-        "w first read from L1 each pass (run 67) was 11-42% slower at the wide rows.",
+        "w first read from L1 each pass (run 67) was 14-39% slower at the wide rows.",
         needs="hopper", limit=_cuda_limit,
         artifacts="kernelwright.ops.rms_norm_bwd.cuda:layer_inspect_artifacts",
     ),

@@ -20,7 +20,7 @@
 //      gets the same bits).
 //   4. pass 2: dx from the staged vectors again (16-byte stores), and dweight (dbias) accumulated in fp32
 //      registers for the thread's fixed columns; w' read from shared memory, where each thread copied its columns
-//      once (HOLD_W: registers; read from L1 in each pass instead, run 67 lost 11-26% at 65536-262144 columns:
+//      once (HOLD_W: registers; read from L1 in each pass instead, run 67 lost 14-39% at 65536-262144 columns:
 //      the staged x and dy leave L1 little room, and every pass waited on L2 for w).
 // After the loop each CTA writes one partial row of dweight (dbias) for its columns (several rows a step: summed
 // over the CTA's row groups in shared memory first, in a fixed order); a second kernel sums the partial rows in a
