@@ -60,13 +60,14 @@ def cluster_leads(kind: str, d: int, dtype: torch.dtype | None) -> bool:
     return lo <= d <= top
 
 
-BWD_CLUSTER_FROM = {"rms_bwd": 1024, "layer_bwd": 4096, "add_rms_bwd": 1024}
+BWD_CLUSTER_FROM = {"rms_bwd": 1024, "layer_bwd": 1024, "add_rms_bwd": 1024}
 """Where ``variant=None`` takes the Hopper backward ``cluster`` rung (:func:`bwd_cluster_leads`): from this width to
 262144 columns, 16-bit types. H200 run 68 (bf16 TB/s, cluster against the best Triton rung, 16384 x 1024 / 4096 /
 8192 / 16384, 4096 x 65536, 1024 x 262144): rms 2.38 / 3.48 / 3.85 / 3.82 / 3.46 / 3.00 against 2.08 / 3.31 / 3.87 /
 3.02 / 3.11 / 2.37; layer norm 1.50 / 2.94 / 3.42 / 3.17 / 3.31 / 2.94 against 1.58 / 2.81 / 2.80 / 2.44 / 2.51 / 1.96
-(fused keeps 1024 columns); add_rms 2.65 / 3.56 / 3.87 / 4.06 / 3.51 / 2.93 against 2.49 / 3.49 / 3.84 / 3.17 / 3.15
-/ 2.56. fp32 takes another launch shape (16 columns a thread), never timed: not chosen."""
+(and 1.86-1.88 / 3.18 at 1024 / 4096 with its narrow launch shape, runs 71-72); add_rms 2.65 / 3.56 / 3.87 / 4.06 /
+3.51 / 2.93 against 2.49 / 3.49 / 3.84 / 3.17 / 3.15 / 2.56. At 8192 columns rms and add_rms tie the fused rung
+(within 1%). fp32 takes another launch shape (16 columns a thread), never timed: not chosen."""
 
 
 def bwd_cluster_leads(kind: str, d: int, dtype: torch.dtype | None) -> bool:

@@ -6,9 +6,10 @@ rows, several a CTA), dweight / dbias kept in fp32 registers for the thread's co
 row a cluster, summed in a fixed order by the Triton rungs' ``_sum_partials``.
 
 Launch shape (:func:`bwd_config`): CTAs of ``THREADS`` = 512 threads, each thread ``NV`` = 4 16-byte vectors of a
-row (32 bf16 / fp16 or 16 fp32 columns); rows narrower than a CTA holds share it (1024 bf16 columns: a warp a row,
-16 rows a step), wider ones take a cluster of as many CTAs as they need (bf16 16384 columns: 1; 65536: 4; 262144:
-16, a non-portable size; fp32 to 131072 columns). One CTA an SM (the ring: 128 KB at two stages), as many clusters
+row (32 bf16 / fp16 or 16 fp32 columns; layer norm's 16-bit rows to 4096 columns 2, with 4 stages:
+:data:`NARROW_CENTER`); rows narrower than a CTA holds share it (1024 bf16 columns: a warp a row, 16 rows a step),
+wider ones take a cluster of as many CTAs as they need (bf16 16384 columns: 1; 65536: 4; 262144: 16, a
+non-portable size; fp32 to 131072 columns). One CTA an SM (the ring: 128 KB at two stages), as many clusters
 as the driver says the GPU holds at once (``cuOccupancyMaxActiveClusters``).
 
 Where the kernel cannot take a case the rung runs a Triton rung's kernel instead (``fused`` up to 16384 columns,
@@ -16,9 +17,10 @@ else ``split``): rows that are not 16-byte aligned or whose width is not a multi
 131072 columns, a GPU that cannot hold the cluster size, strides past 32 bits (:func:`takes`;
 :func:`norm_backward_cluster` returns which ran). ``variant=None`` does not pick the rung for unaligned rows.
 
-H200 run 68 (bf16 TB/s, 16384 x 1024 / 4096 / 8192 / 16384, 4096 x 65536, 1024 x 262144): rms_norm 2.38 / 3.48 /
-3.85 / 3.82 / 3.46 / 3.00, layer_norm 1.50 / 2.94 / 3.42 / 3.17 / 3.31 / 2.94, add_rms_norm 2.65 / 3.56 / 3.87 /
-4.06 / 3.51 / 2.93 (the Triton split rung: 1.14-3.72, 0.82-2.81, 1.38-3.78).
+H200 run 69 (bf16 TB/s, 16384 x 1024 / 4096 / 8192 / 16384, 4096 x 65536, 1024 x 262144): rms_norm 2.40 / 3.46 /
+3.84 / 3.87 / 3.45 / 3.07, layer_norm 1.49 / 2.96 / 3.40 / 3.18 / 3.37 / 2.99 (1.88 / 3.18 at 1024 / 4096 with
+:data:`NARROW_CENTER`, runs 71-72), add_rms_norm 2.65 / 3.59 / 3.87 / 3.98 / 3.53 / 2.93 (the Triton split rung:
+1.14-3.75, 0.82-2.81, 1.39-3.80).
 """
 
 from __future__ import annotations
@@ -67,20 +69,31 @@ class BwdConfig:
 SMEM_LIMIT = 227 * 1024  # dynamic shared memory a CTA may take on sm_90
 
 
-def bwd_config(n_cols: int, elt: int, dh: bool = False) -> BwdConfig | None:
+NARROW_CENTER = (4096, 2, 4)
+"""(widths up to, vectors a thread, stages) for layer norm's 16-bit rows: half the columns a thread, so its dweight
+and dbias accumulators fit without spills (with 4 vectors it spilled 176 bytes a thread at 1024 columns), and twice
+the stages, so as many bytes stay in flight. Runs 71-72 (bf16 TB/s, 16384 rows): 1024 columns 1.52 -> 1.88 / 1.86,
+4096 2.99 -> 3.18; wider it lost (8192: 3.40 -> 2.56), as rms_norm and add_rms_norm did at 1024 (2.35 -> 2.28-2.34,
+2.65 -> 2.48). None: off."""
+
+
+def bwd_config(n_cols: int, elt: int, dh: bool = False, center: bool = False) -> BwdConfig | None:
     """The launch shape for rows of ``n_cols`` elements of ``elt`` bytes (16-byte path), or None where the kernel
     cannot hold the row (past ``MAX_CLUSTER`` CTAs: fp32 beyond 131072 columns). ``STAGES`` drops to what shared
-    memory holds (with ``dh``, three arrays a stage)."""
-    per = NV * (16 // elt)
+    memory holds (with ``dh``, three arrays a stage); layer norm's (``center``) narrow 16-bit rows take
+    :data:`NARROW_CENTER`."""
+    nv, stages = NV, STAGES
+    if center and elt == 2 and NARROW_CENTER and n_cols <= NARROW_CENTER[0]:
+        nv, stages = NARROW_CENTER[1], NARROW_CENTER[2]
+    per = nv * (16 // elt)
     need = -(-n_cols // per)  # threads for the whole row
     c = 1 if need <= THREADS else -(-need // THREADS)
     if c > MAX_CLUSTER:
         return None
     tpr = 1 << max(0, (need - 1).bit_length()) if c == 1 else THREADS
-    stages = STAGES
-    while stages > 2 and smem_bytes(BwdConfig(c, THREADS, tpr, NV, stages), dh) > SMEM_LIMIT:
+    while stages > 2 and smem_bytes(BwdConfig(c, THREADS, tpr, nv, stages), dh) > SMEM_LIMIT:
         stages -= 1
-    return BwdConfig(c, THREADS, tpr, NV, stages)
+    return BwdConfig(c, THREADS, tpr, nv, stages)
 
 
 def smem_bytes(cfg: BwdConfig, dh: bool) -> int:
@@ -160,7 +173,7 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
     if n_cols == 0 or n_rows == 0 or not takes(x2, *rows[1:], w):
         tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
         return fallback
-    cfg = bwd_config(n_cols, x.element_size(), dh is not None)
+    cfg = bwd_config(n_cols, x.element_size(), dh is not None, center)
     k = kernel(cfg, x.dtype, center, dh is not None, bool(offset))
     device = x.device.index if x.device.index is not None else torch.cuda.current_device()
     held = resident(k, device, cfg, dh is not None)
@@ -218,7 +231,7 @@ def artifact(n_cols: int, dtype: torch.dtype, center: bool = False, dh: bool = F
              rows: int = 1) -> dict:
     """What the launcher would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed; the grid: one
     cluster a step up to the H200's 132 SMs' worth, an upper bound on what the driver grants)."""
-    cfg = bwd_config(n_cols, torch.finfo(dtype).bits // 8, dh)
+    cfg = bwd_config(n_cols, torch.finfo(dtype).bits // 8, dh, center)
     if cfg is None:
         raise ValueError(f"n_cols: {n_cols} {dtype} columns exceed the cluster backward's {MAX_CLUSTER} CTAs")
     steps = -(-rows // cfg.rows_a_step)
