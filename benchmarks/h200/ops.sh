@@ -236,32 +236,17 @@ case "${1:-fwd}" in
     ;;
   bwdcluster)
     # session 16: the norm backward's cluster rung (CUDA C, persistent clusters, x and dy staged by cp.async), its
-    # GPU tests first, then against split and fused at issue 4's widths (each family in one process), then its
-    # switches at the widths split misses 3.0 TB/s: STAGES=3 (two steps in flight), HOLD_W (w in registers), HINTS
+    # GPU tests first, then against split and fused at issue 4's widths (each family in one process), then switches
+    # (SW: settings separated by spaces, a setting's switches by commas, e.g. SW="NV=2,STAGES=4 HOLD_W=True"; each
+    # in its own process) at four widths. Run 67 (810ce04) ran SW="STAGES=3 HOLD_W=True HINTS=True" with w
+    # read from L1 each pass; run 68 (775b1ac, w in shared memory) the default SW below
     step 240 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py
     grep -E "passed|failed" "$LOG" | tail -1
     BS="16384x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
     step 150 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
       --sizes "$BS" --variant cluster --variant split --variant fused --no-peers --max-seconds 0.3
-    for sw in "STAGES=3" "HOLD_W=True" "HINTS=True"; do
-      args=""; for a in $sw; do args="$args kernelwright.ops.rms_norm_bwd.cuda.$a"; done
-      step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench rms_norm_bwd layer_norm_bwd --dtypes bf16 \
-        --sizes 16384x1024,16384x8192,4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
-      echo "   ($sw)" | tee -a "$LOG"
-    done
-    grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
-    ;;
-  bwdcluster2)
-    # session 16, after run 67 (w then read from L1 each pass; cluster-of-1 launches fell back to split): w copied
-    # to shared memory once, clusters of 1 launched with the cluster attribute; tests, the three families against
-    # split and fused, then STAGES=3 and HOLD_W (w in registers, which run 67 had ahead at the wide rows)
-    step 220 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py
-    grep -E "passed|failed" "$LOG" | tail -1
-    BS="16384x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
-    step 150 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
-      --sizes "$BS" --variant cluster --variant split --variant fused --no-peers --max-seconds 0.3
-    for sw in "STAGES=3" "HOLD_W=True"; do
-      args=""; for a in $sw; do args="$args kernelwright.ops.rms_norm_bwd.cuda.$a"; done
+    for sw in ${SW:-"STAGES=3" "HOLD_W=True"}; do
+      args=""; for a in ${sw//,/ }; do args="$args kernelwright.ops.rms_norm_bwd.cuda.$a"; done
       step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench rms_norm_bwd layer_norm_bwd --dtypes bf16 \
         --sizes 16384x1024,16384x8192,4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
       echo "   ($sw)" | tee -a "$LOG"

@@ -129,6 +129,32 @@ def chooser(rungs: tuple[Rung, ...], kind: str):
     return choose
 
 
+def _bwd_cluster_limit(size: tuple[int, ...], kwargs: dict) -> str | None:
+    from kernelwright.ops.rms_norm_bwd import cuda
+
+    return cuda.limit(size, kwargs)
+
+
+def bwd_cluster_rung(kind: str, measured: str) -> Rung:
+    """The backward families' CUDA ``cluster`` rung (one kernel for the three: ``rms_norm_bwd/cuda.py``), its journal
+    line ending in the family's ``measured`` figures."""
+    name = {"rms_bwd": "rms_norm_bwd", "layer_bwd": "layer_norm_bwd", "add_rms_bwd": "add_rms_norm_bwd"}[kind]
+    module = "kernelwright.ops.rms_norm_bwd.cuda"
+    return Rung(
+        "cluster", "cuda", f"{module}:{name}_cluster",
+        "CUDA C for Hopper: a persistent grid of thread-block clusters stepping over rows; each step's x and dy "
+        "staged one step ahead in shared memory by cp.async, the row's sums traded through distributed shared "
+        "memory at one cluster barrier (wide rows: 4 CTAs at 65536 bf16 columns, 16 at 262144) or by shuffles "
+        "(narrow rows, several a CTA), w in shared memory, dweight partials in fp32 registers, one partial row a "
+        "cluster. Unaligned rows and fp32 past 131072 columns run the fused (<= 16384 columns) or split kernel. "
+        "Predicted: >= 3.0 TB/s at every width from 4096 (split's global-memory exchange and one-row prefetch "
+        "held it to 2.3-3.1 at 65536 and 1.9-2.6 at 262144). H200 run 69 (bf16 TB/s at 1024 / 4096 / 8192 / "
+        f"16384 / 65536 / 262144 columns): {measured}; w first read from L1 each pass (run 67) was 14-39% slower "
+        "at the wide rows.",
+        needs="hopper", limit=_bwd_cluster_limit, artifacts=f"{module}:{kind.removesuffix('_bwd')}_inspect_artifacts",
+    )
+
+
 # --- inputs -------------------------------------------------------------------------------------------------------
 def _stats64(x: torch.Tensor, eps: float, center: bool) -> tuple[torch.Tensor, torch.Tensor]:
     x = x.double()
