@@ -1,7 +1,7 @@
 """Experiment: the norm backward cluster rung under switch settings (``module.NAME=VALUE`` of
 ``kernelwright.ops.rms_norm_bwd.cuda``, e.g. ``NV=2 STAGES=4``), checked against float64 on the GPU before timing:
 the three families, bf16 and fp32, widths 8 to 262144 and row counts around a step. Prints one line a family and
-dtype: trials, failures (the first few), and which kernel ran at each width.
+dtype: trials, failures (the first few); then each width's launch shape and the clusters the driver grants.
 
     KW_DEVICE=cuda python benchmarks/experiments/bwd_cluster_switch_check.py NV=2 STAGES=4
 """
@@ -35,9 +35,12 @@ def main(argv: list[str]) -> int:
             bad_total += len(bad)
             print(f"{fam_name} {dtype}: {len(res)} trials, {len(bad)} failed", *(f"{r.shape}: {r.reason}"
                                                                               for r in bad[:3]), flush=True)
-    for n in widths:
-        cfg = bc.bwd_config(n, 2)
-        print(f"bf16 {n}: {cfg}")
+    device = torch.cuda.current_device()
+    for center in (False, True):
+        for n in widths:  # the launch shape and how many clusters of it the driver lets the GPU hold at once
+            cfg = bc.bwd_config(n, 2, center=center)
+            held = bc.resident(bc.kernel(cfg, torch.bfloat16, center), device, cfg, False) if cfg else 0
+            print(f"bf16 {n}{' layer norm' if center else ''}: {cfg}, {held} clusters resident", flush=True)
     return 1 if bad_total else 0
 
 
