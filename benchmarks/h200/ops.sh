@@ -270,8 +270,8 @@ case "${1:-fwd}" in
     # prepared in session 16 for the next session's first call (~6 min): the backward cluster rung's GPU tests with
     # layer norm's narrow launch shape (NARROW_CENTER, default since runs 71-72 but checked only through the
     # switch script), the driver's resident clusters at each width (262144 columns take clusters of 16: fewer than
-    # 8 resident leaves SMs idle), the public ops through the choice, then the norms' forward and backward sweeps
-    # with every rung and peer (carry .whl for Liger)
+    # 8 resident leaves SMs idle), the public ops through the choice, then the backward sweep with every rung and
+    # peer (carry .whl for Liger)
     step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py
     step 60 python3 benchmarks/experiments/bwd_cluster_switch_check.py
     step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k public_ops_through
