@@ -32,4 +32,5 @@ for (run, family, dtype, size), rs in groups.items():
         best = max(rungs, key=lambda r: r["tflops"])
         vs = "  ".join(f"{p} {timed[p]['median_ms'] / best['median_ms']:.2f}x"
                        for p in ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient") if p in timed)
-        print(f"  best rung: {best['variant']} {best['tflops']:.1f} TFLOP/s; speedup vs {vs}")
+        print(f"  best rung: {best['variant']} {best['tflops']:.1f} TFLOP/s; " + (f"speedup vs {vs}" if vs else
+                                                                                 "no peer timed"))

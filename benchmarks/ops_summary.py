@@ -41,7 +41,8 @@ for (run, family, dtype, size), rs in groups.items():
     best = max(rungs, key=lambda r: r["tbps"])
     vs = "  ".join(f"{p} {timed[p]['median_ms'] / best['median_ms']:.2f}x" for p in PEERS if p in timed)
     ok = best["tbps"] >= target and all(best["median_ms"] <= timed[p]["median_ms"] for p in PEERS if p in timed)
-    print(f"  best rung: {best['variant']} {best['tbps']:.2f} TB/s (target {target}) speedup vs {vs}"
+    against = f" speedup vs {vs}" if vs else " (no peer timed)"
+    print(f"  best rung: {best['variant']} {best['tbps']:.2f} TB/s (target {target}){against}"
           f"{'' if ok else '  MISSED'}")
     if not ok:
         misses.append(f"{family} {size}: {best['variant']} {best['tbps']:.2f} TB/s, {vs}")
