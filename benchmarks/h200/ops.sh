@@ -31,8 +31,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normshape    # the norms' GPU tests, the cluster rungs' shapes
 #                                                                # at wide rows, both sweeps (carry .whl)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwdcluster   # the norm backward's cluster rung: tests, bench
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwdsweep     # its tests, the public ops, the sweep with peers
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next16       # session 16's leftovers: tests, resident clusters
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwdsweep     # its tests, resident clusters, the public ops, the
+#                                                                # sweep with peers (the next session's first call)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnwide       # the norm cluster rungs' switches W_GROUP_SMEM,
 #                                                                # W_EARLY, ONE_PASS_MEAN (tests first)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
@@ -255,29 +255,18 @@ case "${1:-fwd}" in
     grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
     ;;
   bwdsweep)
-    # session 16, after run 68 (variant=None now takes the backward cluster rung for 16-bit rows on Hopper): its GPU
-    # tests, the public ops' forward and backward through the choice, then the three backward families with every
-    # rung and peer in one process each (carry .whl for Liger)
-    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py
-    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k public_ops_through
-    grep -E "passed|failed" "$LOG" | tail -2
-    BS="16384x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
-    step 240 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
-      --sizes "$BS" --max-seconds 0.3
-    grep -E "│ (rms|layer|add_rms)_norm_bwd" "$LOG" | cut -c1-100
-    ;;
-  next16)
-    # prepared in session 16 for the next session's first call (~6 min): the backward cluster rung's GPU tests with
-    # layer norm's narrow launch shape (NARROW_CENTER, default since runs 71-72 but checked only through the
-    # switch script), the driver's resident clusters at each width (262144 columns take clusters of 16: fewer than
-    # 8 resident leaves SMs idle), the public ops through the choice, then the backward sweep with every rung and
-    # peer (carry .whl for Liger)
+    # session 16 (run 69, ab07637, ran it without the second step): the backward cluster rung's GPU tests, its launch
+    # shape and the driver's resident clusters at each width, float64-checked through the harness (262144 columns
+    # take clusters of 16: fewer than 8 resident leaves SMs idle), the public ops' forward and backward through the
+    # choice, then the three backward families with every rung and peer in one process each (carry .whl for Liger).
+    # The next session's first call: layer norm's narrow shape (NARROW_CENTER, default since runs 71-72) has been
+    # checked only by the second step's script
     step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py
     step 60 python3 benchmarks/experiments/bwd_cluster_switch_check.py
     step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k public_ops_through
     grep -E "passed|failed|resident" "$LOG" | tail -24
     BS="16384x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
-    step 200 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+    step 240 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
       --sizes "$BS" --max-seconds 0.3
     grep -E "│ (rms|layer|add_rms)_norm_bwd" "$LOG" | cut -c1-100
     ;;
