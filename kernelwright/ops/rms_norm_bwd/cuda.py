@@ -141,16 +141,17 @@ def resident(k: nvrtc.CudaKernel, device: int, cfg: BwdConfig, dh: bool) -> int:
     return _resident[key]
 
 
-def _aligned(*ts: torch.Tensor) -> bool:
-    return all(t.data_ptr() % 16 == 0 and (t.dim() < 2 or (t.stride(0) * t.element_size()) % 16 == 0) for t in ts)
-
-
 def takes(x2: torch.Tensor, *others: torch.Tensor) -> bool:
-    """Whether the CUDA kernel takes rows ``x2`` [R, D] (with the other row tensors and the weight) rather than
-    the split rung's kernel: 16-byte aligned rows and width, a launch shape for the width, strides in 32 bits."""
-    vec = 16 // x2.element_size()
-    return (x2.shape[1] % vec == 0 and bwd_config(x2.shape[1], x2.element_size()) is not None
-            and _aligned(x2, *others) and all(t.stride(0) < 2**31 for t in (x2, *others) if t.dim() == 2))
+    """Whether the CUDA kernel takes rows ``x2`` [R, D] (with the other row tensors and the weight) rather than a
+    Triton rung's kernel: a launch shape for the width, 16-byte accesses (the cluster rungs' test,
+    ``softmax.cuda.aligned``, on each row tensor; a 16-byte start for the weight), strides in 32 bits."""
+    from kernelwright.ops.softmax.cuda import aligned
+
+    rows = [t for t in others if t.dim() == 2]
+    return (bwd_config(x2.shape[1], x2.element_size()) is not None
+            and all(aligned(x2, t) for t in (x2, *rows))
+            and all(t.data_ptr() % 16 == 0 for t in others if t.dim() < 2)
+            and all(t.stride(0) < 2**31 for t in (x2, *rows)))
 
 
 def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, rstd: torch.Tensor, *,
@@ -168,9 +169,10 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
     x2, dy2 = rows2d(x), rows2d(dy)
     dh2 = rows2d(dh) if dh is not None else None
     w = weight.contiguous()
-    rows = [t for t in (x2, dy2, dh2, dx.view(-1, n_cols) if n_cols else dx) if t is not None]
+    dx2 = dx.view(-1, n_cols) if n_cols else dx
+    rows = [t for t in (dy2, dh2, dx2) if t is not None]
     fallback = "fused" if n_cols <= FUSED_BWD_MAX_COLS else "split"
-    if n_cols == 0 or n_rows == 0 or not takes(x2, *rows[1:], w):
+    if n_cols == 0 or n_rows == 0 or not takes(x2, *rows, w):
         tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
         return fallback
     cfg = bwd_config(n_cols, x.element_size(), dh is not None, center)
@@ -186,7 +188,6 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
     pb = torch.empty_like(pw) if center else pw
     rstd = rstd.reshape(-1).contiguous()
     mean = mean.reshape(-1).contiguous() if center else rstd
-    dx2 = dx.view(-1, n_cols)
     h2 = dh2 if dh2 is not None else dy2
     args = (x2, w, dy2, h2, mean, rstd, dx2, pw, pb, n_rows, n_cols, x2.stride(0), dy2.stride(0), h2.stride(0),
             dx2.stride(0), 1.0 / n_cols)
