@@ -255,7 +255,8 @@ case "${1:-fwd}" in
     grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
     ;;
   bwdsweep)
-    # session 16 (run 69, ab07637, ran it without the second step): the backward cluster rung's GPU tests, its launch
+    # session 16 (run 69, ab07637, ran it without the second step; session 17 added 65536 x 1024, the 1024-column
+    # size the issue allows where 16384 rows stop the copy itself at 3.2 TB/s): the backward cluster rung's GPU tests, its launch
     # shape and the driver's resident clusters at each width, float64-checked through the harness (262144 columns
     # take clusters of 16: fewer than 8 resident leaves SMs idle), the public ops' forward and backward through the
     # choice, then the three backward families with every rung and peer in one process each (carry .whl for Liger).
@@ -265,10 +266,13 @@ case "${1:-fwd}" in
     step 60 python3 benchmarks/experiments/bwd_cluster_switch_check.py
     step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k public_ops_through
     grep -E "passed|failed|resident" "$LOG" | tail -24
-    BS="16384x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
-    step 240 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+    BS="16384x1024,65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
+    step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
       --sizes "$BS" --max-seconds 0.3
     grep -E "│ (rms|layer|add_rms)_norm_bwd" "$LOG" | cut -c1-100
+    # session 17: the one attention GPU test never run (the tuned rung in fp32 inputs)
+    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_attention.py -k "rungs_fp16_fp32 and tuned"
+    grep -E "passed|failed" "$LOG" | tail -1
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails
