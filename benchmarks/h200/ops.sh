@@ -33,6 +33,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwdcluster   # the norm backward's cluster rung: tests, bench
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh bwdsweep     # its tests, resident clusters, the public ops, the
 #                                                                # sweep with peers (the next session's first call)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fwdsweep     # the four forward families with peers, the patched
+#                                                                # Llama's step
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnwide       # the norm cluster rungs' switches W_GROUP_SMEM,
 #                                                                # W_EARLY, ONE_PASS_MEAN (tests first)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
@@ -273,6 +275,16 @@ case "${1:-fwd}" in
     # session 17: the one attention GPU test never run (the tuned rung in fp32 inputs)
     step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_attention.py -k "rungs_fp16_fp32 and tuned"
     grep -E "passed|failed" "$LOG" | tail -1
+    ;;
+  fwdsweep)
+    # session 17: the four forward families at the issue's sizes (1024 columns at 65536 rows, where the copy itself
+    # reaches ~4 TB/s; 16384 rows stop it at 3.2), every rung and peer in one process each (carry .whl for Liger),
+    # then the patched Llama's training step with the session-16 backward (README's 1.15x predates it)
+    FS="65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
+    step 300 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 \
+      --sizes "$FS" --max-seconds 0.3
+    OUT="$OUT" step 150 python3 benchmarks/experiments/llama_patch_speed.py
+    grep -E "tokens|speedup|logits" "$LOG" | tail -6
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails
