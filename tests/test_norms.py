@@ -320,6 +320,48 @@ def test_split_forward_exchange_with_several_chunks(kind, groups, hold, monkeypa
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
+@pytest.mark.parametrize("cols", [250, 1000])  # 8 rows a program (in and out of range mixed), or 2
+@pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
+def test_fused_fast_statistics_match_the_scaled_ones(kind, cols, monkeypatch):
+    """FUSED_FAST (an experiment switch): the fused forward's rows inside the fast range give the scaled result up
+    to the order of the sums, rows outside it (tiny, huge, zero, Inf) exactly the scaled path's bits, programs that
+    hold both kinds included; every finite row against float64, stats too."""
+    from kernelwright.ops.rms_norm import triton as fwd
+    from kernelwright.ops.rms_norm.triton import norm_forward
+
+    g = torch.Generator().manual_seed(12)
+    scales = [1.0, 1e6, 1e-5, 3.0, 1e-30, 5e37, 0.0, 1.0, 2.0, 7.0, 1e-3, 1e4]
+    n = len(scales)
+    x = torch.randn(n, cols, generator=g) * torch.tensor(scales)[:, None]
+    x[3] += 4.0  # a mean past the spread (larger ones: the interpreter's sequential fold of tl.reduce shows)
+    x[7, 5] = float("inf")
+    fast_rows, slow_rows = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7]
+    w, b = torch.randn(cols, generator=g), torch.randn(cols, generator=g)
+    r = torch.randn(n, cols, generator=g) * torch.tensor(scales)[:, None] if kind == "add_rms" else None
+    v = x + r if r is not None else x
+    out = {}
+    for fast in (False, True):
+        monkeypatch.setattr(fwd, "FUSED_FAST", fast)
+        y = torch.full_like(x, float("nan"))
+        stats = (torch.full((n,), float("nan")), torch.full((n,), float("nan"))) if kind == "layer" else (
+            torch.full((n,), float("nan")),)
+        norm_forward("fused", x, w, 1e-5, y=y, bias=b if kind == "layer" else None, residual=r,
+                     h=torch.empty_like(x) if r is not None else None, stats=stats)
+        out[fast] = (y, stats)
+    (y0, s0), (y1, s1) = out[False], out[True]
+    # fast rows: the same up to the order of the sums (the interpreter folds tl.reduce sequentially: a mean of 100
+    # over 250 columns moves by ~1e-5 relative)
+    torch.testing.assert_close(y1[fast_rows], y0[fast_rows], rtol=2e-5, atol=1e-5)
+    for a, c in zip(s1, s0, strict=True):
+        torch.testing.assert_close(a[fast_rows], c[fast_rows], rtol=2e-5, atol=1e-5)
+        assert torch.equal(a[slow_rows].nan_to_num(7.0), c[slow_rows].nan_to_num(7.0))
+    assert torch.equal(y1[slow_rows].nan_to_num(7.0), y0[slow_rows].nan_to_num(7.0))
+    finite = [i for i in range(n) if i != 7]
+    want = ref_layer(x, w, b) if kind == "layer" else ref_rms(v, w, 1e-5)
+    close(y1[finite], want[finite])
+
+
+@pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
 @pytest.mark.parametrize("chunk", [None, 64])  # one chunk a row (the interpreter's), or four exchanging
 @pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
 def test_fast_chunk_statistics_match_the_scaled_ones(kind, chunk, monkeypatch):
