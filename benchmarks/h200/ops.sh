@@ -286,6 +286,19 @@ case "${1:-fwd}" in
     OUT="$OUT" step 150 python3 benchmarks/experiments/llama_patch_speed.py
     grep -E "tokens|speedup|logits" "$LOG" | tail -6
     ;;
+  fusedfast)
+    # session 17: the fused forward's FUSED_FAST switch (one dependent reduction fewer) off / on / off / on, each in
+    # its own process, every family at the widths where fused leads or trails a peer (run 74: layer norm 3.44
+    # against Liger's 3.63 at 16384 x 4096, 3.72 against torch.compile's 3.94 at 65536 x 1024)
+    FF="65536x1024,16384x4096,16384x8192,16384x16384"
+    for ff in False True False True; do
+      step 90 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.triton.FUSED_FAST=$ff -- \
+        bench rms_norm layer_norm add_rms_norm --dtypes bf16 --sizes "$FF" --variant fused --no-peers \
+        --max-seconds 0.3
+      echo "   (FUSED_FAST=$ff)" | tee -a "$LOG"
+    done
+    grep -E "│ (rms|layer|add_rms)_norm|^   \(" "$LOG" | cut -c1-100
+    ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails
     # split (run 62: 3.07 / 2.64 against 3.34 / 2.96 TB/s at 65536 / 262144) and rms misses 3.6 at 262144 (3.41).
