@@ -713,6 +713,20 @@ def test_split_rungs_on_gpu_with_many_rows(family):
     assert not bad, "\n".join(f"{r.shape} {r.layout} {r.dist}: {r.reason}" for r in bad)
 
 
+def test_fused_fast_default_follows_the_measured_choice(monkeypatch):
+    """FUSED_FAST None: the fused forward's fast statistics on the GPU (run 75: never slower in a pair), off under
+    the interpreter (its sequential tl.reduce); True / False force it either way."""
+    from kernelwright.ops.rms_norm import triton as fwd
+
+    monkeypatch.setattr(fwd, "FUSED_FAST", None)
+    monkeypatch.setattr(fwd.runtime, "interpreting", lambda: True)
+    assert fwd.fused_fast() is False
+    monkeypatch.setattr(fwd.runtime, "interpreting", lambda: False)
+    assert fwd.fused_fast() is True
+    monkeypatch.setattr(fwd, "FUSED_FAST", False)
+    assert fwd.fused_fast() is False
+
+
 def test_fast_stats_default_follows_the_measured_choice(monkeypatch):
     """FAST_STATS None: the split forward's fast statistics where H200 runs 41-42 measured them faster (layer norm up
     to 65536 columns, rms beyond, never with a residual); True / False force it either way."""

@@ -73,12 +73,14 @@ equal to the scaled computation's wherever the fast path applies, CPU test
 ``test_fast_chunk_statistics_match_the_scaled_ones``). True / False force it (experiments); None (default) takes
 :func:`fast_stats`'s measured choice."""
 FUSED_FAST: bool | None = None
-"""Experiment switch: the fused forward's statistics with one dependent reduction fewer (rms: one instead of two;
-layer norm: two instead of three, as Liger's kernel has): the first sum and the largest magnitude in one
-two-operand reduction, rows whose largest magnitude lies in the fast range (:data:`FAST_LO`..:data:`FAST_HI`)
-left unscaled, the others scaled and summed again. Layer norm 3.44 TB/s against Liger's 3.63 at 16384 x 4096 and
-3.72 against torch.compile's 3.94 at 65536 x 1024 (run 74, bf16): the fused kernel's three reductions are the
-difference in its code. True / False force it; None (default) takes :func:`fused_fast`. Not timed yet."""
+"""the fused forward's statistics with one dependent reduction fewer (rms: one instead of two; layer norm: two
+instead of three, as Liger's kernel has): the first sum and the largest magnitude in one two-operand reduction,
+rows whose largest magnitude lies in the fast range (:data:`FAST_LO`..:data:`FAST_HI`) left unscaled, the others
+scaled and summed again. H200 run 75 (``ops.sh fusedfast``, bf16 TB/s, off / on twice, each in its own process,
+every row float64-checked): layer norm 3.44 / 3.42 -> 3.52 / 3.51 at 16384 x 4096, 3.50 / 3.51 -> 3.60 / 3.58 at
+8192, 3.73 / 3.51 -> 3.83 / 3.55 at 65536 x 1024; rms 3.83 / 3.84 -> 3.94 / 3.95 at 8192, 2.59 -> 2.89 at 16384;
+add_rms_norm within +-0.5%; never slower in a pair. True / False force it; None (default) takes
+:func:`fused_fast`."""
 FAST_LO, FAST_HI = tl.constexpr(-20), tl.constexpr(30)
 """the range of floor(log2(max |v|)) where :func:`_chunk_stats`'s fast path applies: squares up to 2^62 (sums up
 to 2^80: no overflow), and a value whose square underflows (|v| < 2^-63) is under 2^-43 of the largest, far below
@@ -510,12 +512,12 @@ def fast_stats(center: bool, residual: bool, n_cols: int) -> bool:
     return n_cols <= 65536 if center else n_cols > 65536
 
 
-def fused_fast(center: bool, residual: bool) -> bool:
-    """Whether the fused forward takes the fast statistics (:data:`FUSED_FAST`; None: off until timed). Off under the
-    interpreter unless forced, as :func:`fast_stats` (its sequential fold of ``tl.reduce``)."""
+def fused_fast() -> bool:
+    """Whether the fused forward takes the fast statistics (:data:`FUSED_FAST`; None: on, every family, from run
+    75). Off under the interpreter unless forced, as :func:`fast_stats` (its sequential fold of ``tl.reduce``)."""
     if FUSED_FAST is not None:
         return bool(FUSED_FAST)
-    return False
+    return not runtime.interpreting()
 
 
 def split_config(n_cols: int, residual: bool = False) -> tuple[int, int, tuple[str, str]]:
@@ -609,7 +611,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
         block_r, block, warps = fused_tile(n_cols)
         _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
             *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, BIAS_EARLY=FUSED_BIAS_EARLY,
-            FAST=fused_fast(center, has_res), num_warps=warps)
+            FAST=fused_fast(), num_warps=warps)
     elif rung == "chunked":
         block = min(CHUNK, triton.next_power_of_2(n_cols))
         _norm_fwd_chunked_kernel[(n_rows,)](*ptrs, *tail, **flags, BLOCK=block, STAGES=CHUNKED_STAGES,
