@@ -13,6 +13,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh every      # exp2 rung, tuned space with lazy or not
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh xl         # tune the 16k buckets; the D64 sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh decode     # split_kv: GPU tests, decode sizes vs SDPA
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh fa3        # the Gluon rung: GPU tests, the issue's sweep
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed). The GPU tests
 # run with their own cache: a test that tunes a test-sized problem must not set the config of a real bucket.
 set -uo pipefail
@@ -114,6 +115,21 @@ case "${1:-one}" in
       echo "   (splits $n)" | tee -a "$LOG"
     done
     grep -E "split_kv|sdpa|splits" "$LOG" | grep -E "x1x|x4x|splits" | cut -c1-140
+    ;;
+  fa3)
+    # session 17: the Gluon rung (fa3): its GPU tests, then the issue's sweep (S 1k-16k at 16k tokens, D128 and D64,
+    # causal and not) and the GQA point with fa3, tuned and the SDPA flash / cuDNN peers side by side, float64-checked
+    # before timing. Sets the fa3 rows of `auto`'s choice.
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_attention_gluon.py
+    grep -E "passed|failed" "$LOG" | tail -2
+    D128="16x32x32x1024x1024x128,8x32x32x2048x2048x128,4x32x32x4096x4096x128,2x32x32x8192x8192x128"
+    D128="$D128,1x32x32x16384x16384x128"
+    D64="16x32x32x1024x1024x64,8x32x32x2048x2048x64,4x32x32x4096x4096x64,2x32x32x8192x8192x64,1x32x32x16384x16384x64"
+    ALL="$D128,$D64"
+    ALL="$ALL,$(echo "$ALL" | sed 's/,/:causal,/g'):causal,4x32x8x4096x4096x128:causal"
+    KW_AUTOTUNE=0 step 300 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$ALL" \
+      --variant fa3 --variant tuned --variant sdpa_flash --variant sdpa_cudnn --max-seconds 0.3
+    grep -E "│ attention" "$LOG" | cut -c1-110
     ;;
   buckets)
     # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at

@@ -60,7 +60,7 @@ def runs_on(backend: str, device_type: str) -> str | None:
             return "this process runs Triton through the CPU interpreter; CUDA tensors need a process without " \
                    "TRITON_INTERPRET=1"
         return None
-    if backend == "cuda" and device_type != "cuda":
+    if backend in ("cuda", "gluon") and device_type != "cuda":  # gluon: Triton's dialect with no interpreter
         return "needs a CUDA GPU (inputs are on the CPU)"
     return None
 

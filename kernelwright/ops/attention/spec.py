@@ -216,6 +216,12 @@ def naive_limit(size, kwargs) -> str | None:
     return None
 
 
+def fa3_limit(size, kwargs) -> str | None:
+    from kernelwright.ops.attention.gluon import fa3_limit as limit
+
+    return limit(size, kwargs)
+
+
 RUNGS = (
     Rung(
         "naive", "triton", f"{_T}:attention_naive",
@@ -293,6 +299,23 @@ RUNGS = (
         "Predicted: +5-15% over exp2_lazy; 380-450 TFLOP/s non-causal D128, above SDPA flash (FA2, 348), 65-75% of "
         "cuDNN (604).",
         tune=f"{_H}:tune_tuned", artifacts=f"{_H}:artifacts_tuned",
+    ),
+    Rung(
+        "fa3", "gluon", "kernelwright.ops.attention.gluon:attention_fa3",
+        "FlashAttention-3's design, written in Gluon (Triton's explicit-layout dialect) for Hopper: warp "
+        "specialization the Triton rungs cannot get on sm_90. One CTA per 128 query rows and head, three partitions: "
+        "a producer warpgroup that TMA-loads q once and streams k and v tiles into a two-stage shared-memory ring "
+        "(mbarriers for full and empty slots), and two consumer warpgroups of 64 rows each that issue their own "
+        "async wgmma's: S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, so one tile's softmax overlaps the "
+        "other matmul (intra-warpgroup overlap), with P fed from registers; the two consumers take turns on the "
+        "tensor cores through mbarriers (ping-pong), so one's softmax overlaps the other's matmuls; setmaxnreg "
+        "gives the consumers 240 registers and the producer 24. Written after the tuned rung had stopped at "
+        "0.81-0.83x cuDNN at D128 (no prediction recorded before its first run). First run (H200 run 76, "
+        "benchmarks/experiments/gluon_attention_fwd.py, bf16 D128, same process): B4 H32 S4k 577 TFLOP/s "
+        "non-causal (cuDNN 583, SDPA flash 337), 512 causal (cuDNN 514); 8k-16k 597-599 (cuDNN 596-597). Padded "
+        "layout only (varlen goes to the Triton rungs); D 64 and 128; fp16 and bf16.",
+        needs="hopper", dtypes=(torch.float16, torch.bfloat16), limit=fa3_limit,
+        artifacts="kernelwright.ops.attention.gluon:artifacts_fa3",
     ),
     Rung(
         "split_kv", "triton", "kernelwright.ops.attention.decode:attention_split_kv",
