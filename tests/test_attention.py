@@ -251,6 +251,7 @@ def test_split_kv_any_number_of_key_ranges_matches_float64(size, kw, dt, splits)
 def test_split_kv_auto_takes_decode_shapes_only(monkeypatch):
     # SPLIT_KV_AUTO (on since run 44): auto picks split_kv for decode steps (GQA rows of a kv head in one tile,
     # >= 512 keys), tuned for everything else, and tuned for all while the switch is off
+    monkeypatch.setattr(spec, "FA3_AUTO", False)  # (the D128 sizes below would take fa3 first: its own test)
     decode_sizes = [S(32, 32, 8, 1, 4096, 128), S(8, 32, 8, 4, 8192, 128, C), S(64, 32, 4, 1, 1024, 64)]
     other = [S(4, 32, 32, 4096, 4096, 128), S(32, 32, 8, 1, 256, 128), S(1, 64, 1, 2, 4096, 128)]
     assert [spec.decode_shaped(x) for x in decode_sizes + other] == [True] * 3 + [False] * 3
@@ -266,6 +267,26 @@ def test_split_kv_auto_takes_decode_shapes_only(monkeypatch):
     o = ops.attention(*case.args, causal=False)  # the public op through auto, against float64
     cmp = compare(o, reference64(FAM, case), FAM.tolerances[torch.bfloat16], error_scale(FAM, case))
     assert cmp.ok, cmp.reason
+
+
+def test_fa3_auto_takes_where_it_led(monkeypatch):
+    # FA3_AUTO (run 77): fa3 first at D128 everywhere and at D64 from 4096 keys; tuned first at D64 below; decode
+    # steps still split_kv; off, tuned. fa3 cannot run here (CPU) nor take varlen or fp32 anywhere: auto falls
+    # through to tuned for those
+    led = [S(16, 32, 32, 1024, 1024, 128), S(4, 32, 8, 4096, 4096, 128, C), S(4, 32, 32, 4096, 4096, 64),
+           S(1, 32, 32, 16384, 16384, 64, C), S(8, 32, 8, 4096, 4096, 128, VC)]
+    not_led = [S(8, 32, 32, 2048, 2048, 64), S(16, 32, 32, 1024, 1024, 64, C), S(2, 4, 4, 300, 300, 256)]
+    assert [spec.choose(x, {})[0] for x in led] == ["fa3"] * 5
+    assert [spec.choose(x, {})[0] for x in not_led] == ["tuned"] * 3
+    assert spec.choose(S(32, 32, 8, 1, 4096, 128), {})[0] == "split_kv"
+    fa3 = FAM.rung("fa3")
+    assert "varlen" in fa3.refusal(led[-1], {}) and fa3.refusal(led[0], {}) is None
+    assert "float32" in fa3.refusal(led[0], {}, torch.float32)
+    from kernelwright.ops import _validate
+
+    assert _validate.pick_rung(FAM, None, "cpu", led[0], {}, torch.bfloat16).name == "tuned"
+    monkeypatch.setattr(spec, "FA3_AUTO", False)
+    assert all(spec.choose(x, {})[0] == "tuned" for x in led)
 
 
 def test_split_kv_rejects_a_split_count_under_one():

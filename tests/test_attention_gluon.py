@@ -287,3 +287,39 @@ def test_through_the_family(size):
         o, lse = attention_forward(q, k, v, causal=case.kwargs["causal"], scale=None, variant="fa3")
         ref_o, ref_lse = _reference(q, k, v, case.kwargs["causal"], None)
         _check(fam, case, o, lse, ref_o, ref_lse, f"attention_forward fa3 {case.label} {dt} seed={seed}")
+
+
+@pytest.mark.gpu
+@hopper
+def test_auto_takes_fa3_and_autograd_matches_float64():
+    # variant=None takes fa3 at D128 (spec.FA3_AUTO); its o and lse feed the Triton backward through autograd:
+    # gradients of o and lse against float64 autograd through the materialised softmax (GQA 4, causal, Sq > Skv
+    # with fully masked rows)
+    from kernelwright import ops
+    from kernelwright.ops import _validate
+    from kernelwright.registry import get_family
+
+    size = S(2, 8, 2, 300, 257, 128, C)
+    fam = get_family("attention")
+    assert _validate.pick_rung(fam, None, "cuda", size, {}, torch.bfloat16).name == "fa3"
+    g = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ()).item()))
+    q, k, v = (torch.randn(2, h, s, 128, device="cuda", generator=g, dtype=torch.bfloat16)
+               for h, s in ((8, 300), (2, 257), (2, 257)))
+    do = torch.randn(2, 8, 300, 128, device="cuda", generator=g, dtype=torch.bfloat16)
+    dlse = torch.randn(2, 8, 300, device="cuda", generator=g)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    o, lse = ops.attention(*leaves, causal=True, return_lse=True)
+    torch.autograd.backward((o, lse.nan_to_num(0.0, neginf=0.0)), (do, dlse))
+    scale = 1 / math.sqrt(128)
+    ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    kk, vv = (t.repeat_interleave(4, 1) for t in ref[1:])
+    s = scale * ref[0] @ kk.transpose(-1, -2)
+    i, j = torch.arange(300, device="cuda")[:, None], torch.arange(257, device="cuda")[None, :]
+    s = s.masked_fill(j > i + 257 - 300, -math.inf)
+    ref_lse = torch.logsumexp(s, -1)
+    ref_o = torch.exp(s - ref_lse[..., None]).nan_to_num(0.0) @ vv
+    torch.autograd.backward((ref_o, ref_lse.nan_to_num(0.0, neginf=0.0)), (do.double(), dlse.double()))
+    assert (o.double() - ref_o).abs().max() < 2e-2 and torch.equal(lse == -math.inf, ref_lse == -math.inf)
+    for got, want in zip((t.grad for t in leaves), (t.grad for t in ref), strict=True):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=2**-6, atol=2e-2 * float(want.abs().max()))

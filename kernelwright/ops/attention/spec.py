@@ -345,10 +345,26 @@ def decode_shaped(size) -> bool:
     return (p.hq // max(p.hkv, 1)) * p.sq <= 64 and p.skv >= 512
 
 
+FA3_AUTO = True
+"""``auto`` takes fa3 (Hopper, padded layout, fp16 / bf16; it refuses the rest, which fall to tuned) where it led
+tuned in H200 run 77 (``benchmarks/h200/attention.sh fa3``, bf16, same process): every D128 point of the issue's
+sweep (1k-16k, causal and not: +13-31%; the GQA 4k causal point +31%), and D64 from 4096 keys (+6-12%); at D64 1k-2k
+tuned led (388 / 423 against 361 / 408 non-causal, 279 / 337 against 236 / 320 causal). Off, auto never takes it."""
+FA3_D64_FROM = 4096
+
+
+def fa3_leads(size) -> bool:
+    """Where fa3 measured faster than tuned (see :data:`FA3_AUTO`); its own limits are checked by the caller."""
+    p = decode(size)
+    return FA3_AUTO and (p.d == 128 or (p.d == 64 and p.skv >= FA3_D64_FROM))
+
+
 def choose(size, kwargs, dtype=None) -> list[str]:
     order = ["tuned", "exp2", "pipelined", "exp2_lazy", "causal_skip", "flash", "naive"]
     if SPLIT_KV_AUTO and decode_shaped(size):
         return ["split_kv", *order]
+    if fa3_leads(size):
+        return ["fa3", *order]
     return order
 
 
