@@ -12,6 +12,12 @@
 The varlen output is checked against the float64 reference on three sequences (the shortest, the longest and one
 between) before anything is timed. GPU only:
     KW_DEVICE=cuda python benchmarks/experiments/attention_varlen.py   # JSON to $OUT/attention_varlen.json
+
+With ``KW_FA3_VARLEN=1`` the fa3 rung's packed kernel (``gluon.FA3_VARLEN``, off by default: not yet verified on a
+GPU) is switched on and one more row, ``varlen/fa3``, is timed next to ``varlen/tuned`` once its output passed the
+same float64 check (and has no NaN); a failed check is recorded as a row with ``error`` instead, and the other rows
+still run. The correctness check of the packed batch then names ``tuned`` (auto would take fa3 at D128); without the
+variable nothing changes.
 """
 
 import json
@@ -24,7 +30,7 @@ import kernelwright
 from kernelwright import ops
 from kernelwright.harness.timing import TimerConfig, time_fn
 from kernelwright.harness.verify import compare
-from kernelwright.ops.attention import spec
+from kernelwright.ops.attention import gluon, spec
 from kernelwright.ops.attention.reference import attention as reference
 from kernelwright.ops.attention.reference import error_scale
 from kernelwright.registry import get_family
@@ -38,6 +44,9 @@ total = sum(lens)
 gen = torch.Generator("cuda").manual_seed(0)
 timer = TimerConfig(max_seconds=1.0)
 rows = []
+FA3_VARLEN = os.environ.get("KW_FA3_VARLEN") == "1"
+if FA3_VARLEN:
+    gluon.FA3_VARLEN = True
 
 
 def rnd(*shape):
@@ -61,23 +70,43 @@ def timed(call) -> float:
     return time_fn(call, timer).median_ms
 
 
+def check(o, q, k, v, cu, causal) -> str | None:
+    """Three sequences of the packed output against float64: None, or what is wrong."""
+    for b in (lens.index(min(lens)), lens.index(max(lens)), N // 2):
+        s = slice(int(cu[b]), int(cu[b + 1]))
+        args = [t[s].transpose(0, 1)[None].double() for t in (q, k, v)]
+        cmp = compare(o[s].transpose(0, 1)[None], reference(*args, causal=causal), tol,
+                      error_scale(*args, causal=causal))
+        if not cmp.ok:
+            return f"varlen sequence {b} (length {lens[b]}): {cmp.reason}"
+    return None
+
+
 def packed(causal: bool) -> None:
     q, k, v = rnd(total, HQ, D), rnd(total, HKV, D), rnd(total, HKV, D)
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     smax = max(lens)
     # correctness first: three sequences against float64
-    o = ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal)
-    for b in (lens.index(min(lens)), lens.index(smax), N // 2):
-        s = slice(int(cu[b]), int(cu[b + 1]))
-        args = [t[s].transpose(0, 1)[None].double() for t in (q, k, v)]
-        cmp = compare(o[s].transpose(0, 1)[None], reference(*args, causal=causal), tol,
-                      error_scale(*args, causal=causal))
-        assert cmp.ok, f"varlen sequence {b} (length {lens[b]}): {cmp.reason}"
+    o = ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal, variant="tuned" if FA3_VARLEN else None)
+    why = check(o, q, k, v, cu, causal)
+    assert why is None, why
     real = work(causal, [(n, n) for n in lens])
     for variant in ("tuned", "exp2_lazy"):
         ms = timed(lambda variant=variant: ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal,
                                                                 variant=variant))
         record(f"varlen/{variant}", causal, real, ms)
+    if FA3_VARLEN:  # the packed fa3 kernel, not yet verified on a GPU: checked first, a failure is a row, not a crash
+        try:
+            o = ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal, variant="fa3")
+            why = "NaN in o" if torch.isnan(o).any() else check(o, q, k, v, cu, causal)
+        except Exception as e:  # noqa: BLE001 - recorded
+            why = f"{type(e).__name__}: {e}"
+        if why:
+            rows.append({"case": "varlen/fa3", "causal": causal, "error": why})
+            print(f"varlen/fa3 causal={causal!s:<5} FAILED: {why}", flush=True)
+        else:
+            ms = timed(lambda: ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal, variant="fa3"))
+            record("varlen/fa3", causal, real, ms)
 
 
 def fixed4k(causal: bool) -> None:
@@ -104,4 +133,4 @@ for causal in (True, False):
         torch.cuda.empty_cache()
 
 with open(os.path.join(os.environ.get("OUT", "/tmp"), "attention_varlen.json"), "w") as fh:
-    json.dump({"lens": lens, "hq": HQ, "hkv": HKV, "d": D, "rows": rows}, fh, indent=2)
+    json.dump({"lens": lens, "hq": HQ, "hkv": HKV, "d": D, "fa3_varlen": FA3_VARLEN, "rows": rows}, fh, indent=2)

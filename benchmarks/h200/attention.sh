@@ -14,6 +14,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh xl         # tune the 16k buckets; the D64 sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh decode     # split_kv: GPU tests, decode sizes vs SDPA
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh fa3        # the Gluon rung: GPU tests, the issue's sweep
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh fa3varlen  # its packed kernel (switch off): tests, varlen
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed). The GPU tests
 # run with their own cache: a test that tunes a test-sized problem must not set the config of a real bucket.
 set -uo pipefail
@@ -130,6 +131,15 @@ case "${1:-one}" in
     KW_AUTOTUNE=0 step 300 python3 -m kernelwright.cli bench attention --dtypes bf16 --sizes "$ALL" \
       --variant fa3 --variant tuned --variant sdpa_flash --variant sdpa_cudnn --max-seconds 0.3
     grep -E "│ attention" "$LOG" | cut -c1-110
+    ;;
+  fa3varlen)
+    # session 17, CPU only so far: fa3's packed (varlen) kernel behind gluon.FA3_VARLEN (off): its GPU tests (the
+    # switch forced on inside them), then the varlen experiment with the fa3 row (KW_FA3_VARLEN=1: float64-checked on
+    # three sequences before it is timed) next to varlen/tuned, fixed 4k and padded. If both pass, turn the switch on
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_attention_gluon.py -k varlen
+    grep -E "passed|failed" "$LOG" | tail -2
+    KW_FA3_VARLEN=1 KW_AUTOTUNE=0 OUT="$OUT" step 120 python3 benchmarks/experiments/attention_varlen.py
+    grep -E "varlen/|fixed4k|padded " "$LOG" | tail -10
     ;;
   buckets)
     # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at

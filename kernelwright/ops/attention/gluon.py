@@ -1,10 +1,11 @@
 """attention forward, FlashAttention-3 style, for Hopper (sm_90) in Triton 3.6's Gluon dialect: the ``fa3`` rung.
 
 Legend as in :mod:`kernelwright.ops.attention.triton`: B batch, Hq / Hkv query / kv heads (query head h reads kv
-head h // (Hq / Hkv)), Sq / Skv query / key rows, D head dim. Padded layout only (q [B, Hq, Sq, D], k and v
+head h // (Hq / Hkv)), Sq / Skv query / key rows, D head dim. Padded layout (q [B, Hq, Sq, D], k and v
 [B, Hkv, Skv, D]) at any strides TMA can address (last stride 1, base and other strides 16-byte aligned; anything
 else is copied to a contiguous tensor first); bf16 and fp16; D in {64, 128}; causal masking bottom-right aligned
-(query i sees keys j <= i + Skv - Sq).
+(query i sees keys j <= i + Skv - Sq). The packed (varlen) layout has its own kernel behind :data:`FA3_VARLEN`
+(off: compiled and CPU-checked, not yet run on a GPU); see "Varlen" below.
 
 Design
 ------
@@ -66,7 +67,34 @@ BLOCK_N 128, STAGES 2); the output tile reuses the Q slice and P never touches s
 Measured (H200, bf16 D128, experiment script before this module, aligned shapes): B4 H32 S4096 577 TFLOP/s
 non-causal (cuDNN 583), 512 causal (cuDNN 514).
 
-Not supported: varlen (packed) layout, D other than 64 / 128, fp32 / fp8, dropout, backward.
+Varlen
+------
+``_attn_fwd_varlen_kernel`` (only while :data:`FA3_VARLEN` is on): q / o [total_q, Hq, D], k / v [total_k, Hkv, D],
+int32 offsets cu_seqlens_q / cu_seqlens_k [B + 1], lse [Hq, total_q]; sequence b has Lq = cu_q[b+1] - cu_q[b] query
+rows and Lk keys, causal bottom-right per sequence. The partitions are the padded kernel's with ``VARLEN`` on (the
+padded kernels compile to the same SASS as before it existed). Grid (cdiv(max_seqlen_q, 128), B * Hq); each CTA
+reads its sequence's start and lengths from the offsets.
+
+* Descriptors are 4-D over [1, H, total, D] views of the packed tensors (the same descriptor type and boxes as the
+  padded kernel; coordinates [0, head, cu[b] + row, 0]): a tile past a sequence's end reads the next sequence's rows
+  (in bounds) or zeros past ``total``, never another head's.
+* Keys: the non-causal key-tail mask (``MASK_TAIL``) is always compiled in and is per sequence at run time (the
+  last tile masks keys >= Lk; when Lk is a multiple of BLOCK_N, no tile is masked); causal: the diagonal mask hides
+  keys >= Lk from every row below Lq, as in the padded kernel. (Masked keys get p = 0, but P V still multiplies the
+  next sequence's v rows by it: a non-finite v anywhere in the batch would reach this sequence too, as in the
+  Triton rungs' TMA path.)
+* Rows that see no key (causal Lq > Lk: rows i < Lq - Lk; Lk = 0: every row) are the padded host's ``q_start``,
+  here per CTA: CTA pid_m zero-fills (o = 0, lse = -inf) the rows of [128 pid_m, 128 pid_m + 128) below q_start
+  with the default warps, then computes rows m0 = q_start + 128 pid_m .. + 127 only if m0 < Lq (a CTA with none
+  exits before allocating its barriers): every computed row sees key 0, so no -inf - -inf in the kernel. Lq = 0:
+  the CTA does nothing.
+* Output: a consumer whose 64 rows all lie in the sequence stores them by TMA (staged in its Q slice, as padded);
+  the sequence's last rows (a partial 64-row slice) go by a masked ``gl.store`` from the wgmma registers, since TMA
+  would overwrite the next sequence's first rows. lse by ``gl.store`` masked to rows < Lq.
+* The host launches nothing else (no zero-fill, no sync); only ``total_k == 0`` and the family's trivial cases
+  (no query rows, max_seqlen_k = 0) are written on the host.
+
+Not supported: D other than 64 / 128, fp32 / fp8, dropout, backward.
 """
 
 from __future__ import annotations
@@ -110,6 +138,13 @@ LOG2E = 1.4426950408889634
 SMEM_LIMIT = 227 * 1024
 DTYPES = (torch.float16, torch.bfloat16)
 
+FA3_VARLEN = False
+"""The packed (varlen) layout in the fa3 rung (``_attn_fwd_varlen_kernel``). Off: :func:`fa3_limit` refuses varlen
+cases (auto and ``variant="fa3"`` fall to / are refused for the Triton rungs) and :func:`attention_fa3` raises
+UsageError on ``cu_seqlens``; on: both take them. The kernel compiles for sm_90a without spills (``compile_check``)
+but has not yet run on a GPU; turn on after ``tests/test_attention_gluon.py -m gpu -k varlen`` passes. (The varlen
+experiment, ``benchmarks/experiments/attention_varlen.py``, turns it on with ``KW_FA3_VARLEN=1``.)"""
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Kernel
@@ -118,14 +153,20 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,  #
-                  b, h, hk, m0, n_cta_tiles,  #
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+                  b, h, hk, m0, n_cta_tiles, q_row, k_row,  #
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, VARLEN: gl.constexpr):
+        """TMA loads. Padded: coordinates [b, head, row, 0]. VARLEN: the descriptors are over the packed tensors
+        viewed as [1, H, total, D] and the sequence starts at packed row q_row (queries) / k_row (keys)."""
         wg_m: gl.constexpr = q_desc.block_type.shape[2]
         head_d: gl.constexpr = q_desc.block_type.shape[3]
         for w in gl.static_range(2):
             mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * wg_m, 0], q_bars.index(w),
-                                            q_smem.index(w).reshape([1, 1, wg_m, head_d]))
+            if VARLEN:
+                tma.async_copy_global_to_shared(q_desc, [0, h, q_row + m0 + w * wg_m, 0], q_bars.index(w),
+                                                q_smem.index(w).reshape([1, 1, wg_m, head_d]))
+            else:
+                tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * wg_m, 0], q_bars.index(w),
+                                                q_smem.index(w).reshape([1, 1, wg_m, head_d]))
         for j in range(n_cta_tiles):
             s = j % STAGES
             ph = (j // STAGES) & 1
@@ -133,12 +174,20 @@ if HAVE_GLUON:
             # A fresh mbarrier counts as "phase 1 complete", so the first lap (ph = 0) passes at once.
             mbarrier.wait(k_empty.index(s), ph ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [b, hk, row, 0], k_ready.index(s),
-                                            k_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
+            if VARLEN:
+                tma.async_copy_global_to_shared(k_desc, [0, hk, k_row + row, 0], k_ready.index(s),
+                                                k_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
+            else:
+                tma.async_copy_global_to_shared(k_desc, [b, hk, row, 0], k_ready.index(s),
+                                                k_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
             mbarrier.wait(v_empty.index(s), ph ^ 1)
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [b, hk, row, 0], v_ready.index(s),
-                                            v_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
+            if VARLEN:
+                tma.async_copy_global_to_shared(v_desc, [0, hk, k_row + row, 0], v_ready.index(s),
+                                                v_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
+            else:
+                tma.async_copy_global_to_shared(v_desc, [b, hk, row, 0], v_ready.index(s),
+                                                v_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
 
     # Reductions through combine functions of this module: gl.max / gl.sum wrap triton.language.standard's, whose
     # combine functions are interpreted (not compilable) in a process that runs Triton's CPU interpreter.
@@ -213,9 +262,10 @@ if HAVE_GLUON:
 
     @gluon.jit
     def _consumer(WG: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-                  turn_bars, lse_ptr, slb, slh, sls, b, h, m0, seq_q, seq_k, n_cta_tiles, qk_scale,  #
+                  turn_bars, lse_ptr, slb, slh, sls, b, h, m0, seq_q, seq_k, n_cta_tiles, qk_scale, o_ptr, sot,
+                  q_row,  #
                   HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  MASK_TAIL: gl.constexpr, PINGPONG: gl.constexpr):
+                  MASK_TAIL: gl.constexpr, PINGPONG: gl.constexpr, VARLEN: gl.constexpr):
         dtype: gl.constexpr = o_desc.dtype
         wg_m: gl.constexpr = o_desc.block_type.shape[2]
         s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -300,14 +350,54 @@ if HAVE_GLUON:
         out = acc / gl.expand_dims(l_o, 1)
         lse = m_i * 0.6931471805599453 + gl.log(l_i)
         rows = r0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
-        gl.store(lse_ptr + b.to(gl.int64) * slb + h.to(gl.int64) * slh + rows.to(gl.int64) * sls, lse,
-                 mask=rows < seq_q)
-        # Q slice is no longer read by any wgmma (all waited): reuse it as the output staging buffer. TMA clips
-        # the rows past Sq.
-        q.store(out.to(dtype))
+        if VARLEN:
+            # lse_ptr / o_ptr point at this (sequence, head)'s first row; rows past Lq belong to the next sequence
+            gl.store(lse_ptr + rows.to(gl.int64) * sls, lse, mask=rows < seq_q)
+            if r0 + wg_m <= seq_q:  # every row is the sequence's: the TMA store, as padded
+                q.store(out.to(dtype))
+                fence_async_shared()
+                tma.async_copy_shared_to_global(o_desc, [0, h, q_row + r0, 0], q.reshape([1, 1, wg_m, HEAD_D]))
+                tma.store_wait(0)
+            else:  # the sequence's last rows: TMA would write the next sequence's; a masked store from registers
+                o_rows = r0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))
+                cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, o_layout))
+                ptrs = o_ptr + gl.expand_dims(o_rows.to(gl.int64) * sot, 1) + gl.expand_dims(cols, 0)
+                gl.store(ptrs, out.to(dtype), mask=gl.expand_dims(o_rows < seq_q, 1))
+        else:
+            gl.store(lse_ptr + b.to(gl.int64) * slb + h.to(gl.int64) * slh + rows.to(gl.int64) * sls, lse,
+                     mask=rows < seq_q)
+            # Q slice is no longer read by any wgmma (all waited): reuse it as the output staging buffer. TMA
+            # clips the rows past Sq.
+            q.store(out.to(dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(o_desc, [b, h, r0, 0], q.reshape([1, 1, wg_m, HEAD_D]))
+            tma.store_wait(0)
+
+    @gluon.jit
+    def _allocate(dtype: gl.constexpr, wg_m: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+                  STAGES: gl.constexpr):
+        """Shared memory of a CTA (Q slices, K / V rings) and its mbarriers, initialised (see the module doc)."""
+        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([wg_m, HEAD_D], dtype)
+        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_D], dtype)
+        q_smem = gl.allocate_shared_memory(dtype, [2, wg_m, HEAD_D], q_layout)
+        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], kv_layout)
+        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], kv_layout)
+        q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(q_bars.index(i), count=1)
+            mbarrier.init(turn_bars.index(i), count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)
+            mbarrier.init(v_empty.index(i), count=2)
         fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [b, h, r0, 0], q.reshape([1, 1, wg_m, HEAD_D]))
-        tma.store_wait(0)
+        return q_smem, k_smem, v_smem, q_bars, turn_bars, k_ready, k_empty, v_ready, v_empty
 
     _INT_ARGS = ("slb", "slh", "sls", "seq_q", "seq_k", "q_start", "n_heads", "group")
 
@@ -333,37 +423,92 @@ if HAVE_GLUON:
         else:
             n_cta_tiles = (seq_k + BLOCK_N - 1) // BLOCK_N
 
-        q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([wg_m, HEAD_D], dtype)
-        kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_D], dtype)
-        q_smem = gl.allocate_shared_memory(dtype, [2, wg_m, HEAD_D], q_layout)
-        k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], kv_layout)
-        v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_D], kv_layout)
-        q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(2):
-            mbarrier.init(q_bars.index(i), count=1)
-            mbarrier.init(turn_bars.index(i), count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_ready.index(i), count=1)
-            mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=2)
-            mbarrier.init(v_empty.index(i), count=2)
-        fence_async_shared()
-
+        q_smem, k_smem, v_smem, q_bars, turn_bars, k_ready, k_empty, v_ready, v_empty = _allocate(
+            dtype, wg_m, HEAD_D, BLOCK_N, STAGES)
         gl.warp_specialize([
             (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn_bars,
-                         lse_ptr, slb, slh, sls, b, h, m0, seq_q, seq_k, n_cta_tiles, qk_scale, HEAD_D, BLOCK_N,
-                         STAGES, CAUSAL, MASK_TAIL, PINGPONG)),
+                         lse_ptr, slb, slh, sls, b, h, m0, seq_q, seq_k, n_cta_tiles, qk_scale, 0, 0, 0, HEAD_D,
+                         BLOCK_N, STAGES, CAUSAL, MASK_TAIL, PINGPONG, False)),
             (_consumer, (1, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turn_bars,
-                         lse_ptr, slb, slh, sls, b, h, m0, seq_q, seq_k, n_cta_tiles, qk_scale, HEAD_D, BLOCK_N,
-                         STAGES, CAUSAL, MASK_TAIL, PINGPONG)),
+                         lse_ptr, slb, slh, sls, b, h, m0, seq_q, seq_k, n_cta_tiles, qk_scale, 0, 0, 0, HEAD_D,
+                         BLOCK_N, STAGES, CAUSAL, MASK_TAIL, PINGPONG, False)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
-                         b, h, hk, m0, n_cta_tiles, BLOCK_N, STAGES)),
+                         b, h, hk, m0, n_cta_tiles, 0, 0, BLOCK_N, STAGES, False)),
         ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
+
+    _VARLEN_INT_ARGS = ("sot", "soh", "slh", "slt", "n_heads", "group")
+
+    @gluon.jit(do_not_specialize=_VARLEN_INT_ARGS,
+               do_not_specialize_on_alignment=("o_ptr", "lse_ptr", "cu_q_ptr", "cu_k_ptr"))
+    def _attn_fwd_varlen_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, cu_q_ptr, cu_k_ptr, sot, soh, slh,
+                                slt, n_heads, group, qk_scale,  #
+                                HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                                CAUSAL: gl.constexpr, MASK_TAIL: gl.constexpr, PINGPONG: gl.constexpr,
+                                PRODUCER_WARPS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                                PRODUCER_REGS: gl.constexpr):
+        """The packed (varlen) layout: q / o [total_q, Hq, D], k / v [total_k, Hkv, D], lse [Hq, total_q]; sequence
+        b is packed rows cu_q[b] .. cu_q[b + 1] (cu_k for keys). The descriptors are over [1, H, total, D] views.
+        Grid (cdiv(max_seqlen_q, BLOCK_M), B * Hq). Per CTA: rows [0, q_start) of its sequence see no key (causal
+        Lq > Lk: q_start = Lq - Lk; Lk = 0: q_start = Lq); the CTA zero-fills the ones of them in its own block
+        index's 128 rows (o = 0, lse = -inf), then computes rows m0 = q_start + pid_m * BLOCK_M .. + 127 if m0 < Lq
+        (every such row sees key 0, as in the padded kernel) with the padded kernel's partitions (VARLEN: packed TMA
+        coordinates, and the sequence's last rows stored by a masked register store). MASK_TAIL is always on
+        (non-causal): the key tail mask is per sequence (n_full = Lk // BLOCK_N at run time)."""
+        dtype: gl.constexpr = q_desc.dtype
+        wg_m: gl.constexpr = q_desc.block_type.shape[2]
+        block_m: gl.constexpr = 2 * wg_m
+        pid_m = gl.program_id(0)
+        bh = gl.program_id(1)
+        if CAUSAL:
+            pid_m = gl.num_programs(0) - 1 - pid_m  # heaviest query blocks first
+        b = bh // n_heads
+        h = bh % n_heads
+        hk = h // group
+        q_row = gl.load(cu_q_ptr + b)
+        seq_q = gl.load(cu_q_ptr + b + 1) - q_row
+        k_row = gl.load(cu_k_ptr + b)
+        seq_k = gl.load(cu_k_ptr + b + 1) - k_row
+        if CAUSAL:
+            q_start = gl.maximum(seq_q - seq_k, 0)  # bottom-right: row i sees keys j <= i + Lk - Lq
+        else:
+            q_start = seq_q * 0
+        if seq_k == 0:
+            q_start = seq_q  # no key at all: every row
+        # this (sequence, head)'s first row of o and lse
+        o_ptr = o_ptr + q_row.to(gl.int64) * sot + h.to(gl.int64) * soh
+        lse_ptr = lse_ptr + h.to(gl.int64) * slh + q_row.to(gl.int64) * slt
+
+        # ---- rows that see no key: o = 0, lse = -inf (block pid_m's share of rows [0, q_start))
+        z0 = pid_m * block_m
+        if z0 < q_start:
+            fill_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (HEAD_D // 8), HEAD_D // 8], [4, 1], [1, 0])
+            zr = z0 + gl.arange(0, block_m, layout=gl.SliceLayout(1, fill_layout))
+            zc = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, fill_layout))
+            dead = zr < q_start
+            gl.store(o_ptr + gl.expand_dims(zr.to(gl.int64) * sot, 1) + gl.expand_dims(zc, 0),
+                     gl.zeros([block_m, HEAD_D], dtype, fill_layout), mask=gl.expand_dims(dead, 1))
+            gl.store(lse_ptr + zr.to(gl.int64) * slt,
+                     gl.full([block_m], float("-inf"), gl.float32, gl.SliceLayout(1, fill_layout)), mask=dead)
+
+        # ---- rows that see a key
+        m0 = q_start + pid_m * block_m
+        if m0 < seq_q:
+            if CAUSAL:
+                n_cta_tiles = (gl.minimum(m0 + block_m + seq_k - seq_q, seq_k) + BLOCK_N - 1) // BLOCK_N
+            else:
+                n_cta_tiles = (seq_k + BLOCK_N - 1) // BLOCK_N
+            q_smem, k_smem, v_smem, q_bars, turn_bars, k_ready, k_empty, v_ready, v_empty = _allocate(
+                dtype, wg_m, HEAD_D, BLOCK_N, STAGES)
+            gl.warp_specialize([
+                (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+                             turn_bars, lse_ptr, 0, 0, slt, b, h, m0, seq_q, seq_k, n_cta_tiles, qk_scale, o_ptr, sot,
+                             q_row, HEAD_D, BLOCK_N, STAGES, CAUSAL, MASK_TAIL, PINGPONG, True)),
+                (_consumer, (1, o_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+                             turn_bars, lse_ptr, 0, 0, slt, b, h, m0, seq_q, seq_k, n_cta_tiles, qk_scale, o_ptr, sot,
+                             q_row, HEAD_D, BLOCK_N, STAGES, CAUSAL, MASK_TAIL, PINGPONG, True)),
+                (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty, v_ready,
+                             v_empty, b, h, hk, m0, n_cta_tiles, q_row, k_row, BLOCK_N, STAGES, True)),
+            ], [4, PRODUCER_WARPS], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -438,8 +583,9 @@ def fa3_limit(size, kwargs) -> str | None:
     from kernelwright.ops.attention.spec import decode
 
     p = decode(size)
-    if p.varlen:
-        return "fa3: varlen (packed) layout not supported"
+    if p.varlen and not FA3_VARLEN:
+        return ("fa3: varlen (packed) layout not yet verified on a GPU (gluon.FA3_VARLEN is off); the Triton rungs "
+                "take it")
     if p.d not in HEAD_DIMS:
         return f"fa3: head dim {p.d} not in {HEAD_DIMS}"
     if p.hkv < 1 or p.hq % p.hkv:
@@ -504,19 +650,53 @@ def _check_inputs(q, k, v, out) -> None:
         raise UsageError(f"fa3: out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
 
 
+def _check_varlen_inputs(q, k, v, out, cu_q, cu_k) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t.dim() != 3:
+            raise UsageError(f"fa3: {name} must be [total, H, D] (varlen layout), got shape {tuple(t.shape)}")
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype or out.dtype != q.dtype:
+        raise UsageError(f"fa3: q, k, v, out must all be float16 or bfloat16, got {q.dtype}, {k.dtype}, {v.dtype}, "
+                         f"{out.dtype}")
+    d = q.shape[2]
+    if k.shape != v.shape or k.shape[2] != d:
+        raise UsageError(f"fa3: k and v must be [total_k, Hkv, D] matching q {tuple(q.shape)}, got "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if d not in HEAD_DIMS:
+        raise UsageError(f"fa3: head dim {d} not in {HEAD_DIMS}")
+    hq, hkv = q.shape[1], k.shape[1]
+    if hkv < 1 or hq % hkv:
+        raise UsageError(f"fa3: Hq = {hq} is not a multiple of Hkv = {hkv}")
+    if tuple(out.shape) != tuple(q.shape):
+        raise UsageError(f"fa3: out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    if cu_q is None or cu_k is None or cu_q.dim() != 1 or cu_q.shape != cu_k.shape or cu_q.shape[0] < 2:
+        raise UsageError("fa3: varlen needs cu_seqlens_q and cu_seqlens_k, both [B + 1] with B >= 1")
+
+
+def _packed(t: torch.Tensor) -> torch.Tensor:
+    """[total, H, D] as the [1, H, total, D] view the descriptors take (no copy)."""
+    return t.transpose(0, 1).unsqueeze(0)
+
+
 def attention_fa3(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False, scale=None, max_seqlen_q=None,
                   max_seqlen_k=None, out, lse=None, config: FA3Config | None = None):
     """FlashAttention-3-style warp-specialized forward (Gluon, Hopper): writes ``out`` and, when given, ``lse``
-    (float32 [B, Hq, Sq], natural log, scale included; -inf on rows that see no key). ``config`` forces one."""
+    (float32, natural log, scale included; -inf on rows that see no key): padded q [B, Hq, Sq, D] with lse
+    [B, Hq, Sq], or (with ``cu_seqlens_q`` / ``cu_seqlens_k``, only while :data:`FA3_VARLEN` is on) packed q
+    [total_q, Hq, D] with lse [Hq, total_q]. ``config`` forces one."""
     from kernelwright.ops.attention.triton import _problem, _scratch_lse, _trivial
 
-    if cu_seqlens_q is not None or cu_seqlens_k is not None:
-        raise UsageError("fa3: varlen (packed) layout not supported; use the tuned rung")
-    _check_inputs(q, k, v, out)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen and not FA3_VARLEN:
+        raise UsageError("fa3: varlen (packed) layout not yet verified on a GPU (gluon.FA3_VARLEN is off); use the "
+                         "tuned rung")
+    if varlen:
+        _check_varlen_inputs(q, k, v, out, cu_seqlens_q, cu_seqlens_k)
+    else:
+        _check_inputs(q, k, v, out)
     if not HAVE_GLUON:
         raise Unavailable("fa3: needs Triton with Gluon (triton >= 3.6)")
-    lse = _scratch_lse(out, False, lse)
-    p = _problem(q, k, v, None, None, max_seqlen_q, max_seqlen_k, out, lse)
+    lse = _scratch_lse(out, varlen, lse)
+    p = _problem(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse)
     if _trivial(p, out, lse):
         return out
     cfg = config or default_config(p.d, causal)
@@ -527,6 +707,8 @@ def attention_fa3(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False
     if scale <= 0:  # the kernel takes the running max before scaling: fold the sign into q
         q = -q if scale < 0 else torch.zeros_like(q)
         scale = -scale if scale < 0 else 1.0
+    if varlen:
+        return _launch_varlen(q, k, v, out, lse, p, causal, scale, cfg)
     sq, skv = p.max_q, p.max_k
     # causal with Sq > Skv: rows i < Sq - Skv see no key; written here, never launched
     q_start = max(0, sq - skv) if causal else 0
@@ -545,6 +727,26 @@ def attention_fa3(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, *, causal=False
     return out
 
 
+def _launch_varlen(q, k, v, out, lse, p, causal: bool, scale: float, cfg: FA3Config):
+    """The packed layout (see ``_attn_fwd_varlen_kernel``): every row of out and lse is written by the kernel
+    (rows that see no key as o = 0, lse = -inf), nothing on the host but the descriptors."""
+    if k.shape[0] == 0:  # no keys in any sequence (max_seqlen_k may still be given > 0): nothing to attend to
+        out.zero_()
+        lse.fill_(float("-inf"))
+        return out
+    q, k, v = (t if _tma_ok(_packed(t)) else t.contiguous() for t in (q, k, v))
+    o = out if _tma_ok(_packed(out)) else torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    constexprs, options = _launch_params(p.d, cfg, causal, True)
+    grid = (triton.cdiv(p.max_q, BLOCK_M), p.batch * p.hq)
+    _attn_fwd_varlen_kernel[grid](_descriptor(_packed(q), WG_M), _descriptor(_packed(k), cfg.block_n),
+                                  _descriptor(_packed(v), cfg.block_n), _descriptor(_packed(o), WG_M), o, lse,
+                                  p.cu_q, p.cu_k, o.stride(0), o.stride(1), lse.stride(0), lse.stride(1), p.hq,
+                                  p.hq // p.hkv, scale * LOG2E, **constexprs, **options)
+    if o is not out:
+        out.copy_(o)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # CPU compile (sm_90a) and inspection
 # ---------------------------------------------------------------------------------------------------------------
@@ -559,9 +761,15 @@ class Variant:
     causal: bool = False
     ragged: bool = False
     config: FA3Config = FA3Config()
+    varlen: bool = False
+    """The packed-layout kernel (``_attn_fwd_varlen_kernel``); its key-tail mask is per sequence at run time, so
+    ``ragged`` does not apply (one kernel per dtype, D and causal)."""
 
     def label(self) -> str:
-        kind = "causal" if self.causal else ("full ragged" if self.ragged else "full")
+        if self.varlen:
+            kind = "varlen causal" if self.causal else "varlen full"
+        else:
+            kind = "causal" if self.causal else ("full ragged" if self.ragged else "full")
         return f"{str(self.dtype).replace('torch.', '')} D{self.d} {kind} {self.config.label()}"
 
 
@@ -588,8 +796,8 @@ def compile_variant(var: Variant):
         raise UsageError(f"fa3: {why}")
     x = torch.empty(1, 1, BLOCK_M, var.d, dtype=var.dtype)  # a small CPU tensor: only its descriptor's type matters
     q_ty, kv_ty = mangle_type(_descriptor(x, WG_M)), mangle_type(_descriptor(x, var.config.block_n))
-    constexprs, options = _launch_params(var.d, var.config, var.causal, var.ragged)
-    fn = _attn_fwd_kernel
+    constexprs, options = _launch_params(var.d, var.config, var.causal, var.ragged or var.varlen)
+    fn, int_args = (_attn_fwd_varlen_kernel, _VARLEN_INT_ARGS) if var.varlen else (_attn_fwd_kernel, _INT_ARGS)
     sig = {}
     for name in fn.arg_names:
         if name in constexprs:
@@ -600,10 +808,14 @@ def compile_variant(var: Variant):
             sig[name] = kv_ty
         elif name == "lse_ptr":
             sig[name] = "*fp32"
+        elif name == "o_ptr":
+            sig[name] = "*" + {torch.bfloat16: "bf16", torch.float16: "fp16"}[var.dtype]
+        elif name in ("cu_q_ptr", "cu_k_ptr"):
+            sig[name] = "*i32"
         elif name == "qk_scale":
             sig[name] = "fp32"
         else:
-            assert name in _INT_ARGS, name
+            assert name in int_args, name
             sig[name] = "i32"
     src = GluonASTSource(fn, sig, constexprs, {})
     with knobs.runtime.scope():
@@ -674,14 +886,20 @@ def _checks(info: dict) -> dict:
         ptxas_clean=info["ptxas_rc"] == 0 and not info["ptxas_warnings"])
 
 
-def default_variants() -> list[Variant]:
+def default_variants(varlen: bool = True) -> list[Variant]:
     """Every kernel the rung launches with its default configs: bf16 and fp16, D64 and D128, causal, non-causal
-    with Skv a multiple of 128 and ragged (GQA, Sq != Skv and strides are runtime: the same kernels)."""
+    with Skv a multiple of 128 and ragged (GQA, Sq != Skv and strides are runtime: the same kernels); then (with
+    ``varlen``) the packed-layout kernels, causal and not, which :data:`FA3_VARLEN` gates."""
     out = []
     for dtype in (torch.bfloat16, torch.float16):
         for d in HEAD_DIMS:
             for causal, ragged in ((False, False), (False, True), (True, False)):
                 out.append(Variant(dtype, d, causal, ragged, default_config(d, causal)))
+    if varlen:
+        for dtype in (torch.bfloat16, torch.float16):
+            for d in HEAD_DIMS:
+                for causal in (False, True):
+                    out.append(Variant(dtype, d, causal, False, default_config(d, causal), varlen=True))
     return out
 
 
@@ -725,11 +943,17 @@ def artifacts_fa3(size, dtype) -> list:
         raise UsageError(f"fa3: dtype {dtype} not in float16 / bfloat16")
     p = decode(size)
     cfg = default_config(p.d, p.causal)
-    var = Variant(dtype, p.d, p.causal, _mask_tail(p.skv, p.causal, cfg), cfg)
+    if p.varlen:
+        var = Variant(dtype, p.d, p.causal, False, cfg, varlen=True)
+        grid = (triton.cdiv(p.sq, BLOCK_M), p.b * p.hq)
+        kernel = _attn_fwd_varlen_kernel
+    else:
+        var = Variant(dtype, p.d, p.causal, _mask_tail(p.skv, p.causal, cfg), cfg)
+        q_start = max(0, p.sq - p.skv) if p.causal else 0
+        grid = (triton.cdiv(max(p.sq - q_start, 0), BLOCK_M), p.b * p.hq)
+        kernel = _attn_fwd_kernel
     ck = compile_variant(var)
-    q_start = max(0, p.sq - p.skv) if p.causal else 0
-    grid = (triton.cdiv(max(p.sq - q_start, 0), BLOCK_M), p.b * p.hq)
-    source = pyinspect.getsource(_attn_fwd_kernel.fn)
+    source = pyinspect.getsource(kernel.fn)
     return [Artifact(kernel=ck.metadata.name, cubin=ck.asm["cubin"], threads_per_block=32 * ck.metadata.num_warps,
                      dynamic_smem=ck.metadata.shared, grid=grid, source=source,
                      note=f"fa3 (Gluon, warp-specialized: 2 consumer warpgroups + producer): {var.label()}; "
