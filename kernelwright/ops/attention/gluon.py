@@ -399,6 +399,15 @@ if HAVE_GLUON:
         fence_async_shared()
         return q_smem, k_smem, v_smem, q_bars, turn_bars, k_ready, k_empty, v_ready, v_empty
 
+    @gluon.jit
+    def _program_ids(n_heads, group, CAUSAL: gl.constexpr):
+        """(query block, batch, query head, kv head) of this CTA; causal grids take the heaviest blocks first."""
+        pid_m = gl.program_id(0)
+        bh = gl.program_id(1)
+        if CAUSAL:
+            pid_m = gl.num_programs(0) - 1 - pid_m
+        return pid_m, bh // n_heads, bh % n_heads, (bh % n_heads) // group
+
     _INT_ARGS = ("slb", "slh", "sls", "seq_q", "seq_k", "q_start", "n_heads", "group")
 
     @gluon.jit(do_not_specialize=_INT_ARGS, do_not_specialize_on_alignment=("lse_ptr", ))
@@ -410,13 +419,7 @@ if HAVE_GLUON:
         dtype: gl.constexpr = q_desc.dtype
         wg_m: gl.constexpr = q_desc.block_type.shape[2]
         block_m: gl.constexpr = 2 * wg_m
-        pid_m = gl.program_id(0)
-        bh = gl.program_id(1)
-        if CAUSAL:
-            pid_m = gl.num_programs(0) - 1 - pid_m  # heaviest query blocks first
-        b = bh // n_heads
-        h = bh % n_heads
-        hk = h // group
+        pid_m, b, h, hk = _program_ids(n_heads, group, CAUSAL)
         m0 = q_start + pid_m * block_m
         if CAUSAL:
             n_cta_tiles = (gl.minimum(m0 + block_m + seq_k - seq_q, seq_k) + BLOCK_N - 1) // BLOCK_N
@@ -457,13 +460,7 @@ if HAVE_GLUON:
         dtype: gl.constexpr = q_desc.dtype
         wg_m: gl.constexpr = q_desc.block_type.shape[2]
         block_m: gl.constexpr = 2 * wg_m
-        pid_m = gl.program_id(0)
-        bh = gl.program_id(1)
-        if CAUSAL:
-            pid_m = gl.num_programs(0) - 1 - pid_m  # heaviest query blocks first
-        b = bh // n_heads
-        h = bh % n_heads
-        hk = h // group
+        pid_m, b, h, hk = _program_ids(n_heads, group, CAUSAL)
         q_row = gl.load(cu_q_ptr + b)
         seq_q = gl.load(cu_q_ptr + b + 1) - q_row
         k_row = gl.load(cu_k_ptr + b)
