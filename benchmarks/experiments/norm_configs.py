@@ -7,6 +7,7 @@ GPU only:
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py [--quick] [--hints] [--only F,..] [--sizes RxC,..]
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --library   # the defaults, +-1 change each
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --followup  # see followup_plans
+    KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --fused-wide  # see fused_wide_plans
 (JSON to $OUT/norm_configs.json, rewritten after every config).
 """
 
@@ -100,6 +101,22 @@ def followup_plans():
         yield fam, "fused", (65536, 1024), "library", contextlib.nullcontext
 
 
+def fused_wide_plans():
+    """Session 17 (not yet run): the fused forward's tile (rows a program, warps) at 4096 and 8192 columns and at
+    65536 x 1024, with the fast statistics (FUSED_FAST, on since run 75): layer norm 3.52 at 16384 x 4096 against
+    Liger's 3.63 (run 74, another process), whose kernel is one row a program over 8 warps as ours."""
+    grid = [(1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16)]
+    for size in [(16384, 4096), (16384, 8192)]:
+        for fam in ("layer_norm", "rms_norm"):
+            yield fam, "fused", size, "library", contextlib.nullcontext
+            for r, w in grid:
+                yield fam, "fused", size, f"rows {r} warps {w}", (lambda r=r, w=w: fused_fwd(r, w))
+    for fam in ("layer_norm", "rms_norm"):
+        yield fam, "fused", (65536, 1024), "library", contextlib.nullcontext
+        for r, w in [(2, 4), (4, 4), (2, 8), (4, 8), (8, 8)]:
+            yield fam, "fused", (65536, 1024), f"rows {r} warps {w}", (lambda r=r, w=w: fused_fwd(r, w))
+
+
 @contextlib.contextmanager
 def _both(a, b):
     with a, b:
@@ -159,6 +176,7 @@ def main() -> None:
                     help="the library's own configurations next to one change each (library_plans), instead of "
                          "the sweep")
     ap.add_argument("--followup", action="store_true", help="followup_plans instead of the sweep")
+    ap.add_argument("--fused-wide", action="store_true", help="fused_wide_plans instead of the sweep")
     ap.add_argument("--max-seconds", type=float, default=0.25)
     ap.add_argument("--only", default="", help="comma-separated families to run (default: all)")
     args = ap.parse_args()
@@ -172,7 +190,8 @@ def main() -> None:
         rows += copy_rows([(16384, 1024), (65536, 1024)], dtype, args.max_seconds)
     out_path = os.path.join(os.environ.get("OUT", "/tmp"), "norm_configs.json")
     sizes = {tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s}
-    chosen = library_plans() if args.library else followup_plans() if args.followup else plans(args.quick, args.hints)
+    chosen = (library_plans() if args.library else followup_plans() if args.followup
+              else fused_wide_plans() if args.fused_wide else plans(args.quick, args.hints))
     for fam_name, rung, size, label, ctx in chosen:
         if (only and fam_name not in only) or (sizes and size not in sizes):
             continue
