@@ -159,35 +159,27 @@ if HAVE_GLUON:
         viewed as [1, H, total, D] and the sequence starts at packed row q_row (queries) / k_row (keys)."""
         wg_m: gl.constexpr = q_desc.block_type.shape[2]
         head_d: gl.constexpr = q_desc.block_type.shape[3]
+        if VARLEN:
+            cb = 0  # the [1, H, total, D] view's one batch
+        else:
+            cb = b  # (q_row = k_row = 0)
         for w in gl.static_range(2):
             mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-            if VARLEN:
-                tma.async_copy_global_to_shared(q_desc, [0, h, q_row + m0 + w * wg_m, 0], q_bars.index(w),
-                                                q_smem.index(w).reshape([1, 1, wg_m, head_d]))
-            else:
-                tma.async_copy_global_to_shared(q_desc, [b, h, m0 + w * wg_m, 0], q_bars.index(w),
-                                                q_smem.index(w).reshape([1, 1, wg_m, head_d]))
+            tma.async_copy_global_to_shared(q_desc, [cb, h, q_row + m0 + w * wg_m, 0], q_bars.index(w),
+                                            q_smem.index(w).reshape([1, 1, wg_m, head_d]))
         for j in range(n_cta_tiles):
             s = j % STAGES
             ph = (j // STAGES) & 1
-            row = j * BLOCK_N
+            row = k_row + j * BLOCK_N
             # A fresh mbarrier counts as "phase 1 complete", so the first lap (ph = 0) passes at once.
             mbarrier.wait(k_empty.index(s), ph ^ 1)
             mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            if VARLEN:
-                tma.async_copy_global_to_shared(k_desc, [0, hk, k_row + row, 0], k_ready.index(s),
-                                                k_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
-            else:
-                tma.async_copy_global_to_shared(k_desc, [b, hk, row, 0], k_ready.index(s),
-                                                k_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
+            tma.async_copy_global_to_shared(k_desc, [cb, hk, row, 0], k_ready.index(s),
+                                            k_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
             mbarrier.wait(v_empty.index(s), ph ^ 1)
             mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            if VARLEN:
-                tma.async_copy_global_to_shared(v_desc, [0, hk, k_row + row, 0], v_ready.index(s),
-                                                v_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
-            else:
-                tma.async_copy_global_to_shared(v_desc, [b, hk, row, 0], v_ready.index(s),
-                                                v_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
+            tma.async_copy_global_to_shared(v_desc, [cb, hk, row, 0], v_ready.index(s),
+                                            v_smem.index(s).reshape([1, 1, BLOCK_N, head_d]))
 
     # Reductions through combine functions of this module: gl.max / gl.sum wrap triton.language.standard's, whose
     # combine functions are interpreted (not compilable) in a process that runs Triton's CPU interpreter.
