@@ -192,6 +192,8 @@ def test_varlen_bad_calls_raise_usage_error_with_the_switch_on(monkeypatch):
         G.attention_fa3(q[None], k[None], k[None], cu, cu, out=torch.empty_like(q[None]))
     with pytest.raises(UsageError, match="cu_seqlens"):
         G.attention_fa3(q, q, q, cu, cu[:2], out=torch.empty_like(q))
+    with pytest.raises(UsageError, match="CUDA device"):  # everything right but the device
+        G.attention_fa3(q, q, q, cu, cu, out=torch.empty_like(q))
 
 
 def _emulate_varlen(q, k, v, cu_q, cu_k, max_q, causal, scale, block_n=128):
@@ -296,6 +298,9 @@ def test_other_bad_calls_raise_usage_error():
     k = torch.randn(1, 4, 8, 64, dtype=torch.float16)
     with pytest.raises(UsageError, match="multiple"):
         G.attention_fa3(q, k, k, out=torch.empty_like(q))
+    q = torch.randn(1, 4, 8, 64, dtype=torch.float16)  # everything right but the device
+    with pytest.raises(UsageError, match="CUDA device"):
+        G.attention_fa3(q, q, q, out=torch.empty_like(q))
 
 
 def test_config_problems_are_named():

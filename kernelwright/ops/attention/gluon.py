@@ -619,37 +619,20 @@ if HAVE_GLUON:
     _GL_DTYPE = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
-def _check_inputs(q, k, v, out) -> None:
+def _check_layout(q, k, v, out, rank: int, layout: str) -> None:
+    """What both layouts need: rank, CUDA tensors, 16-bit dtypes throughout, k / v alike with q's head dim (the
+    last), D in HEAD_DIMS, Hq a multiple of Hkv (heads are dim 1 in both layouts)."""
     for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        if t.dim() != 4:
-            raise UsageError(f"fa3: {name} must be [B, H, S, D] (padded layout), got shape {tuple(t.shape)}")
+        if t.dim() != rank:
+            raise UsageError(f"fa3: {name} must be {layout}, got shape {tuple(t.shape)}")
     if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype or out.dtype != q.dtype:
         raise UsageError(f"fa3: q, k, v, out must all be float16 or bfloat16, got {q.dtype}, {k.dtype}, {v.dtype}, "
                          f"{out.dtype}")
-    b, hq, sq, d = q.shape
-    if k.shape != v.shape or k.shape[0] != b or k.shape[3] != d:
-        raise UsageError(f"fa3: k and v must be [B, Hkv, Skv, D] matching q {tuple(q.shape)}, got {tuple(k.shape)}, "
+    d = q.shape[-1]
+    if k.shape != v.shape or k.shape[-1] != d or (rank == 4 and k.shape[0] != q.shape[0]):
+        what = "[B, Hkv, Skv, D]" if rank == 4 else "[total_k, Hkv, D]"
+        raise UsageError(f"fa3: k and v must be {what} matching q {tuple(q.shape)}, got {tuple(k.shape)}, "
                          f"{tuple(v.shape)}")
-    if d not in HEAD_DIMS:
-        raise UsageError(f"fa3: head dim {d} not in {HEAD_DIMS}")
-    hkv = k.shape[1]
-    if hkv < 1 or hq % hkv:
-        raise UsageError(f"fa3: Hq = {hq} is not a multiple of Hkv = {hkv}")
-    if tuple(out.shape) != tuple(q.shape):
-        raise UsageError(f"fa3: out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
-
-
-def _check_varlen_inputs(q, k, v, out, cu_q, cu_k) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        if t.dim() != 3:
-            raise UsageError(f"fa3: {name} must be [total, H, D] (varlen layout), got shape {tuple(t.shape)}")
-    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype or out.dtype != q.dtype:
-        raise UsageError(f"fa3: q, k, v, out must all be float16 or bfloat16, got {q.dtype}, {k.dtype}, {v.dtype}, "
-                         f"{out.dtype}")
-    d = q.shape[2]
-    if k.shape != v.shape or k.shape[2] != d:
-        raise UsageError(f"fa3: k and v must be [total_k, Hkv, D] matching q {tuple(q.shape)}, got "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
     if d not in HEAD_DIMS:
         raise UsageError(f"fa3: head dim {d} not in {HEAD_DIMS}")
     hq, hkv = q.shape[1], k.shape[1]
@@ -657,8 +640,24 @@ def _check_varlen_inputs(q, k, v, out, cu_q, cu_k) -> None:
         raise UsageError(f"fa3: Hq = {hq} is not a multiple of Hkv = {hkv}")
     if tuple(out.shape) != tuple(q.shape):
         raise UsageError(f"fa3: out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
+
+
+def _check_device(*named) -> None:
+    for name, t in named:
+        if t.device.type != "cuda":
+            raise UsageError(f"fa3: {name} must be on a CUDA device (TMA descriptors), got {t.device}")
+
+
+def _check_inputs(q, k, v, out) -> None:
+    _check_layout(q, k, v, out, 4, "[B, H, S, D] (padded layout)")
+    _check_device(("q", q), ("k", k), ("v", v), ("out", out))
+
+
+def _check_varlen_inputs(q, k, v, out, cu_q, cu_k) -> None:
+    _check_layout(q, k, v, out, 3, "[total, H, D] (varlen layout)")
     if cu_q is None or cu_k is None or cu_q.dim() != 1 or cu_q.shape != cu_k.shape or cu_q.shape[0] < 2:
         raise UsageError("fa3: varlen needs cu_seqlens_q and cu_seqlens_k, both [B + 1] with B >= 1")
+    _check_device(("q", q), ("k", k), ("v", v), ("out", out), ("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k))
 
 
 def _packed(t: torch.Tensor) -> torch.Tensor:
