@@ -375,12 +375,19 @@ def test_varlen_equals_each_sequence_alone(causal):
     q, k, v, cu_q, cu_k = case.args
     o, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, causal=causal, return_lse=True)
     assert o.shape == q.shape and lse.shape == (4, q.shape[0])
+    # the sequence alone launches another tile shape (5 x 9: 16 x 16 against the packed batch's 64 x 64), whose fp32
+    # sums round differently: o may differ by the family's accumulated-rounding bound on the scale P @ |V| (both
+    # sides), 14 fp16 ulps of a cancelling element in ~0.4% of seeds, never more than that scale allows
+    acc = FAM.tolerances[torch.float16].acc
+    pv = error_scale(FAM, case).double()  # P @ |V|, [total_q, Hq, D] like o
     cq, ck = cu_q.tolist(), cu_k.tolist()
     for b in range(len(lens)):
         qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
         one, one_lse = ops.attention(q[qs].transpose(0, 1)[None], k[ks].transpose(0, 1)[None],
                                      v[ks].transpose(0, 1)[None], causal=causal, return_lse=True)
-        torch.testing.assert_close(o[qs], one[0].transpose(0, 1), rtol=2**-10, atol=1e-6)
+        one = one[0].transpose(0, 1)
+        allowed = 2**-10 * one.double().abs() + 2 * acc * pv[qs] + 1e-6
+        assert bool(((o[qs].double() - one.double()).abs() <= allowed).all()), f"sequence {b}"
         torch.testing.assert_close(lse[:, qs], one_lse[0], rtol=1e-6, atol=1e-6)
 
 
