@@ -271,8 +271,8 @@ def test_split_kv_auto_takes_decode_shapes_only(monkeypatch):
 
 def test_fa3_auto_takes_where_it_led(monkeypatch):
     # FA3_AUTO (run 77): fa3 first at D128 everywhere and at D64 from 4096 keys; tuned first at D64 below; decode
-    # steps still split_kv; off, tuned. fa3 cannot run here (CPU) nor take varlen or fp32 anywhere: auto falls
-    # through to tuned for those
+    # steps still split_kv; off, tuned. fa3 cannot run here (CPU) nor take fp32 anywhere (nor varlen with
+    # gluon.FA3_VARLEN off): auto falls through to tuned for those
     led = [S(16, 32, 32, 1024, 1024, 128), S(4, 32, 8, 4096, 4096, 128, C), S(4, 32, 32, 4096, 4096, 64),
            S(1, 32, 32, 16384, 16384, 64, C), S(8, 32, 8, 4096, 4096, 128, VC)]
     not_led = [S(8, 32, 32, 2048, 2048, 64), S(16, 32, 32, 1024, 1024, 64, C), S(2, 4, 4, 300, 300, 256)]
@@ -280,9 +280,13 @@ def test_fa3_auto_takes_where_it_led(monkeypatch):
     assert [spec.choose(x, {})[0] for x in not_led] == ["tuned"] * 3
     assert spec.choose(S(32, 32, 8, 1, 4096, 128), {})[0] == "split_kv"
     fa3 = FAM.rung("fa3")
-    assert "varlen" in fa3.refusal(led[-1], {}) and fa3.refusal(led[0], {}) is None
+    assert fa3.refusal(led[-1], {}) is None and fa3.refusal(led[0], {}) is None
     assert "float32" in fa3.refusal(led[0], {}, torch.float32)
     from kernelwright.ops import _validate
+    from kernelwright.ops.attention import gluon
+
+    monkeypatch.setattr(gluon, "FA3_VARLEN", False)
+    assert "varlen" in fa3.refusal(led[-1], {})
 
     assert _validate.pick_rung(FAM, None, "cpu", led[0], {}, torch.bfloat16).name == "tuned"
     monkeypatch.setattr(spec, "FA3_AUTO", False)

@@ -389,3 +389,27 @@ def test_gpu_deterministic_bitwise():
     bf16 = dict(dtype=torch.bfloat16)
     _assert_same_bits_twice(torch.randn(2, 16, 2048, 128, **bf16), torch.randn(2, 4, 2048, 128, **bf16),
                             torch.randn(2, 4, 2048, 128, **bf16))
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_autograd_through_auto_matches_float64():
+    # ops.attention_varlen at D128: auto's forward is fa3 on Hopper (packed kernel, on since H200 run 79), tuned
+    # elsewhere; its o and packed lse [Hq, total_q] feed the Triton varlen backward. Empty sequences, Lq > Lk (rows
+    # with no key) and Lq < Lk, GQA 4, causal; gradients against float64 autograd per sequence.
+    from kernelwright import ops
+
+    lens_q, lens_k = (1000, 0, 17, 129, 300, 1, 640), (1000, 0, 129, 17, 300, 1, 2048)
+    cu_q, cu_k = (torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+                  for n in (lens_q, lens_k))
+    g = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ()).item()))
+    bf16 = dict(device="cuda", generator=g, dtype=torch.bfloat16)
+    q, k, v = (torch.randn(sum(lens_q), 8, 128, **bf16), torch.randn(sum(lens_k), 2, 128, **bf16),
+               torch.randn(sum(lens_k), 2, 128, **bf16))
+    do = torch.randn(sum(lens_q), 8, 128, **bf16)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    o = ops.attention_varlen(*leaves, cu_q, cu_k, causal=True)
+    o.backward(do)
+    want = exact_grads(q, k, v, do, True, cu_q=cu_q, cu_k=cu_k)
+    for got, w in zip((t.grad for t in leaves), want, strict=True):
+        assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), w, rtol=2**-6, atol=2e-2 * float(w.abs().max()))

@@ -4,9 +4,10 @@ errors and its TMA addressing rules; on an H100/H200 (``-m gpu`` with KW_DEVICE=
 on MHA / GQA / MQA, ragged lengths, Sq != Skv causal both ways (rows with no key: o = 0, lse = -inf), D64 and D128,
 bf16 and fp16, normal and large inputs, non-contiguous q, poisoned outputs and a bitwise-equal repeat.
 
-The packed (varlen) kernel sits behind ``gluon.FA3_VARLEN`` (off until its GPU tests pass): on the CPU, that it
-compiles like the padded ones and that the switch gates the rung; on the GPU (``-m gpu -k varlen``), with the switch
-forced on, packed batches (empty sequences, Lq < Lk, Lq = Lk, Lq > Lk) against float64 per sequence."""
+The packed (varlen) kernel sits behind ``gluon.FA3_VARLEN`` (on since its GPU tests passed in H200 run 79): on the
+CPU, that it compiles like the padded ones and that the switch gates the rung; on the GPU (``-m gpu -k varlen``,
+the switch forced on so that they test the kernel whatever its default), packed batches (empty sequences, Lq < Lk,
+Lq = Lk, Lq > Lk) against float64 per sequence."""
 
 import math
 
@@ -134,6 +135,10 @@ def test_artifacts_for_inspect(compiled):
     assert "_attn_fwd_kernel" in art.kernel and "warp_specialize" in art.source and "fa3" in art.note
     # causal Sq > Skv: the grid starts at the first row that sees a key
     assert G.artifacts_fa3(S(1, 4, 4, 700, 100, 64, C), torch.float16)[0].grid == (1, 4)
+
+
+def test_varlen_artifacts_refused_with_the_switch_off(monkeypatch):
+    monkeypatch.setattr(G, "FA3_VARLEN", False)
     with pytest.raises(UsageError, match="varlen"):
         G.artifacts_fa3(S(2, 4, 4, 64, 64, 128, V), torch.bfloat16)
 
@@ -148,9 +153,7 @@ def test_varlen_artifacts_with_the_switch_on(compiled, monkeypatch):
 
 # --- CPU: what the rung takes -----------------------------------------------------------------------------------
 def test_limit_refuses_what_the_kernel_cannot_do():
-    assert not G.FA3_VARLEN  # off until tests/test_attention_gluon.py -m gpu -k varlen passes on an H100/H200
-    assert "varlen" in G.fa3_limit(S(2, 4, 4, 128, 128, 128, V), {})
-    assert "not yet verified on a GPU" in G.fa3_limit(S(2, 4, 2, 128, 128, 64, VC), {})
+    assert G.FA3_VARLEN  # on since tests/test_attention_gluon.py -m gpu -k varlen passed on the H200 (run 79)
     assert G.fa3_limit(S(1, 4, 4, 128, 128, 96), {}) == "fa3: head dim 96 not in (64, 128)"
     assert "256" in G.fa3_limit(S(1, 4, 4, 128, 128, 256, C), {})
     assert "32" in G.fa3_limit(S(1, 4, 4, 128, 128, 32), {})
@@ -167,7 +170,8 @@ def test_limit_takes_padded_gqa_causal_any_lengths(size):
 @pytest.mark.parametrize("size", [S(2, 4, 4, 128, 128, 128, V), S(2, 4, 2, 128, 128, 64, VC),
                                   S(8, 32, 8, 4096, 4096, 128, VC), S(3, 8, 1, 1000, 17, 64, VC)])
 def test_limit_takes_varlen_only_with_the_switch_on(size, monkeypatch):
-    assert "varlen" in G.fa3_limit(size, {})
+    monkeypatch.setattr(G, "FA3_VARLEN", False)
+    assert "switched off" in G.fa3_limit(size, {})
     monkeypatch.setattr(G, "FA3_VARLEN", True)
     assert G.fa3_limit(size, {}) is None
     # the family's rung reads the same switch; its other limits still hold
@@ -278,12 +282,13 @@ def test_varlen_schedule_emulated_matches_float64(causal):
     torch.testing.assert_close(lse[fin], ref_lse[fin], rtol=1e-10, atol=1e-10)
 
 
-def test_varlen_call_raises_usage_error():
+def test_varlen_call_raises_usage_error_with_the_switch_off(monkeypatch):
+    monkeypatch.setattr(G, "FA3_VARLEN", False)
     q = torch.randn(10, 4, 128, dtype=torch.bfloat16)
     k = torch.randn(12, 4, 128, dtype=torch.bfloat16)
     cu_q = torch.tensor([0, 4, 10], dtype=torch.int32)
     cu_k = torch.tensor([0, 5, 12], dtype=torch.int32)
-    with pytest.raises(UsageError, match="varlen.*not yet verified"):
+    with pytest.raises(UsageError, match="varlen.*switched off"):
         G.attention_fa3(q, k, k, cu_q, cu_k, causal=True, out=torch.empty_like(q))
 
 

@@ -1,4 +1,4 @@
-"""Experiment: packed variable-length attention against padding, bf16, Hq 32, Hkv 8, D 128, causal and not.
+"""Experiment: packed variable-length attention against padding, bf16, Hq 32, Hkv 8, D 128 (or 64), causal and not.
 
 32 sequences with lengths drawn uniformly from 128..8192 (fixed seed), run three ways:
 
@@ -12,12 +12,12 @@
 The varlen output is checked against the float64 reference on three sequences (the shortest, the longest and one
 between) before anything is timed. GPU only:
     KW_DEVICE=cuda python benchmarks/experiments/attention_varlen.py   # JSON to $OUT/attention_varlen.json
+    KW_VARLEN_D=64 KW_DEVICE=cuda python benchmarks/experiments/attention_varlen.py   # D 64: ..._d64.json
 
-With ``KW_FA3_VARLEN=1`` the fa3 rung's packed kernel (``gluon.FA3_VARLEN``, off by default: not yet verified on a
-GPU) is switched on and one more row, ``varlen/fa3``, is timed next to ``varlen/tuned`` once its output passed the
-same float64 check (and has no NaN); a failed check is recorded as a row with ``error`` instead, and the other rows
-still run. The correctness check of the packed batch then names ``tuned`` (auto would take fa3 at D128); without the
-variable nothing changes.
+Each rung that takes the packed layout (``fa3``, ``tuned``, ``exp2_lazy``) is checked against float64 on those
+three sequences (and for NaN) before it is timed; a failed check is recorded as a row with ``error`` and the other
+rows still run. ``varlen/auto`` is the public op's own choice (fa3 on Hopper since run 79). ``fixed4k`` and
+``padded`` run auto's choice too.
 """
 
 import json
@@ -38,15 +38,14 @@ from kernelwright.registry import get_family
 assert kernelwright.runtime.current_device() == "cuda"
 fam = get_family("attention")
 tol = fam.tolerances[torch.bfloat16]
-HQ, HKV, D, N = 32, 8, 128, 32
+HQ, HKV, N = 32, 8, 32
+D = int(os.environ.get("KW_VARLEN_D", "128"))  # head dim: 128 (the issue's), or 64
+assert D in (64, 128), f"KW_VARLEN_D: 64 or 128, got {D}"
 lens = [random.Random(2026 + i).randint(128, 8192) for i in range(N)]
 total = sum(lens)
 gen = torch.Generator("cuda").manual_seed(0)
 timer = TimerConfig(max_seconds=1.0)
 rows = []
-FA3_VARLEN = os.environ.get("KW_FA3_VARLEN") == "1"
-if FA3_VARLEN:
-    gluon.FA3_VARLEN = True
 
 
 def rnd(*shape):
@@ -86,27 +85,22 @@ def packed(causal: bool) -> None:
     q, k, v = rnd(total, HQ, D), rnd(total, HKV, D), rnd(total, HKV, D)
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     smax = max(lens)
-    # correctness first: three sequences against float64
-    o = ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal, variant="tuned" if FA3_VARLEN else None)
-    why = check(o, q, k, v, cu, causal)
-    assert why is None, why
     real = work(causal, [(n, n) for n in lens])
-    for variant in ("tuned", "exp2_lazy"):
-        ms = timed(lambda variant=variant: ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal,
-                                                                variant=variant))
-        record(f"varlen/{variant}", causal, real, ms)
-    if FA3_VARLEN:  # the packed fa3 kernel, not yet verified on a GPU: checked first, a failure is a row, not a crash
-        try:
-            o = ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal, variant="fa3")
+    for variant in (None, "fa3", "tuned", "exp2_lazy"):
+        def call(variant=variant):
+            return ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal, variant=variant)
+
+        name = f"varlen/{variant or 'auto'}"
+        try:  # correctness first: three sequences against float64; a failure is a row, not a crash
+            o = call()
             why = "NaN in o" if torch.isnan(o).any() else check(o, q, k, v, cu, causal)
         except Exception as e:  # noqa: BLE001 - recorded
             why = f"{type(e).__name__}: {e}"
         if why:
-            rows.append({"case": "varlen/fa3", "causal": causal, "error": why})
-            print(f"varlen/fa3 causal={causal!s:<5} FAILED: {why}", flush=True)
+            rows.append({"case": name, "causal": causal, "error": why})
+            print(f"{name} causal={causal!s:<5} FAILED: {why}", flush=True)
         else:
-            ms = timed(lambda: ops.attention_varlen(q, k, v, cu, cu, smax, smax, causal=causal, variant="fa3"))
-            record("varlen/fa3", causal, real, ms)
+            record(name, causal, real, timed(call))
 
 
 def fixed4k(causal: bool) -> None:
@@ -132,5 +126,6 @@ for causal in (True, False):
         experiment(causal)
         torch.cuda.empty_cache()
 
-with open(os.path.join(os.environ.get("OUT", "/tmp"), "attention_varlen.json"), "w") as fh:
-    json.dump({"lens": lens, "hq": HQ, "hkv": HKV, "d": D, "fa3_varlen": FA3_VARLEN, "rows": rows}, fh, indent=2)
+name = "attention_varlen.json" if D == 128 else f"attention_varlen_d{D}.json"
+with open(os.path.join(os.environ.get("OUT", "/tmp"), name), "w") as fh:
+    json.dump({"lens": lens, "hq": HQ, "hkv": HKV, "d": D, "fa3_varlen": gluon.FA3_VARLEN, "rows": rows}, fh, indent=2)

@@ -14,7 +14,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh xl         # tune the 16k buckets; the D64 sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh decode     # split_kv: GPU tests, decode sizes vs SDPA
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh fa3        # the Gluon rung: GPU tests, the issue's sweep
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh fa3varlen  # its packed kernel (switch off): tests, varlen
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh fa3varlen  # its packed kernel: tests, varlen D128 / D64
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed). The GPU tests
 # run with their own cache: a test that tunes a test-sized problem must not set the config of a real bucket.
 set -uo pipefail
@@ -133,13 +133,15 @@ case "${1:-one}" in
     grep -E "│ attention" "$LOG" | cut -c1-110
     ;;
   fa3varlen)
-    # session 17, CPU only so far: fa3's packed (varlen) kernel behind gluon.FA3_VARLEN (off): its GPU tests (the
-    # switch forced on inside them), then the varlen experiment with the fa3 row (KW_FA3_VARLEN=1: float64-checked on
-    # three sequences before it is timed) next to varlen/tuned, fixed 4k and padded. If both pass, turn the switch on
-    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_attention_gluon.py -k varlen
+    # run 79 (889dd3f) ran this with the switch off and KW_FA3_VARLEN=1: 16 passed, fa3 varlen 0.95x fixed 4k. Now
+    # (switch on): fa3's packed-kernel GPU tests, the public op's varlen autograd through auto (fa3 forward, Triton
+    # backward), then the varlen experiment at D128 and D64 (auto, fa3, tuned, exp2_lazy against fixed 4k and padded)
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_attention_gluon.py -k "varlen or auto"
+    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_attention_bwd.py -k varlen
     grep -E "passed|failed" "$LOG" | tail -2
-    KW_FA3_VARLEN=1 KW_AUTOTUNE=0 OUT="$OUT" step 120 python3 benchmarks/experiments/attention_varlen.py
-    grep -E "varlen/|fixed4k|padded " "$LOG" | tail -10
+    KW_AUTOTUNE=0 OUT="$OUT" step 120 python3 benchmarks/experiments/attention_varlen.py
+    KW_VARLEN_D=64 KW_AUTOTUNE=0 OUT="$OUT" step 120 python3 benchmarks/experiments/attention_varlen.py
+    grep -E "varlen/|fixed4k|padded " "$LOG" | tail -20
     ;;
   buckets)
     # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at

@@ -37,6 +37,8 @@
 #                                                                # Llama's step
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnwide       # the norm cluster rungs' switches W_GROUP_SMEM,
 #                                                                # W_EARLY, ONE_PASS_MEAN (tests first)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fusedwide    # the fused forward's tile at 4096 / 8192 /
+#                                                                # 65536 x 1024 (norm_configs.py --fused-wide)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -298,6 +300,13 @@ case "${1:-fwd}" in
       echo "   (FUSED_FAST=$ff)" | tee -a "$LOG"
     done
     grep -E "│ (rms|layer|add_rms)_norm|^   \(" "$LOG" | cut -c1-100
+    ;;
+  fusedwide)
+    # session 18: the fused forward's tile (rows a program x warps) where layer norm misses 3.6 or trails a peer
+    # (16384 x 4096: 3.52 against Liger's 3.63; 65536 x 1024: 3.55-3.83 against torch.compile's 3.94) and rms at
+    # 8192 (3.95 against torch.compile's 4.19), each config float64-checked before it is timed (norm_configs.py)
+    OUT="$OUT" step 300 python3 benchmarks/experiments/norm_configs.py --fused-wide --max-seconds 0.3
+    grep -A40 "best per" "$LOG" | head -12
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails

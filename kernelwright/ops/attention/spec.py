@@ -313,7 +313,8 @@ RUNGS = (
         "0.81-0.83x cuDNN at D128 (no prediction recorded before its first run). First run (H200 run 76, "
         "benchmarks/experiments/gluon_attention_fwd.py, bf16 D128, same process): B4 H32 S4k 577 TFLOP/s "
         "non-causal (cuDNN 583, SDPA flash 337), 512 causal (cuDNN 514); 8k-16k 597-599 (cuDNN 596-597). Padded "
-        "layout only (varlen goes to the Triton rungs); D 64 and 128; fp16 and bf16.",
+        "and packed (varlen, its own kernel: per-sequence offsets and masks; H200 run 79: 0.95x the fixed-length 4k "
+        "rate, tuned 0.77x) layouts; D 64 and 128; fp16 and bf16.",
         needs="hopper", dtypes=(torch.float16, torch.bfloat16), limit=fa3_limit,
         artifacts="kernelwright.ops.attention.gluon:artifacts_fa3",
     ),
@@ -349,7 +350,10 @@ FA3_AUTO = True
 """``auto`` takes fa3 (Hopper, padded layout, fp16 / bf16; it refuses the rest, which fall to tuned) where it led
 tuned in H200 run 77 (``benchmarks/h200/attention.sh fa3``, bf16, same process): every D128 point of the issue's
 sweep (1k-16k, causal and not: +13-31%; the GQA 4k causal point +31%), and D64 from 4096 keys (+6-12%); at D64 1k-2k
-tuned led (388 / 423 against 361 / 408 non-causal, 279 / 337 against 236 / 320 causal). Off, auto never takes it."""
+tuned led (388 / 423 against 361 / 408 non-causal, 279 / 337 against 236 / 320 causal). Varlen cases (packed, on
+since run 79: ``gluon.FA3_VARLEN``) follow the same rule on their longest sequence: at D128 run 79's batch of 32
+sequences of 128..8192 tokens ran fa3 581 / 525 TFLOP/s non-causal / causal against tuned's 471 / 405. Off, auto
+never takes it."""
 FA3_D64_FROM = 4096
 
 
