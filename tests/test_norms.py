@@ -519,7 +519,8 @@ _BF16 = "*bf16"
 @pytest.mark.parametrize("kernel", ["fwd_fused", "fwd_fused_narrow", "fwd_split", "fwd_split_wide",
                                     "fwd_split_wide_layer", "bwd_fused", "bwd_fused_narrow", "bwd_split",
                                     "bwd_split_wide", "bwd_fused_narrow_paired", "bwd_split_wide_paired",
-                                    "fwd_split_wide_fast", "fwd_split_wide_layer_fast", "fwd_fused_early"])
+                                    "fwd_split_wide_fast", "fwd_split_wide_layer_fast", "fwd_fused_early",
+                                    "fwd_fused_layer"])
 def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     from kernelwright.harness.inspect import compile_triton, disassemble, read_cubin
     from kernelwright.ops.rms_norm import triton as fwd
@@ -542,7 +543,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     early = kernel.endswith("_early")  # FUSED_BIAS_EARLY (the fused forward's bias loaded with the weight)
     kernel = kernel.removesuffix("_paired").removesuffix("_fast").removesuffix("_early")
     if kernel.startswith("fwd_fused"):
-        rows, block, warps = fwd.fused_tile(1024 if kernel.endswith("narrow") else 4096)
+        width = 1024 if kernel.endswith("narrow") else 4096
+        rows, block, warps = fwd.fused_tile(width, center=kernel.endswith("layer"))
         fn, cx = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block)
     elif kernel.startswith("bwd_fused"):
         block, rows, warps = bwd.fused_bwd_config(1024 if kernel.endswith("narrow") else 4096, dh=True)
@@ -568,7 +570,7 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16
     aligned = [n for n, t in sig.items() if t.startswith("*")] + [n for n in names if n != "n_rows"]
-    cap = fwd.WIDE_LAYER_MAXNREG if kernel.endswith("layer") else None
+    cap = fwd.WIDE_LAYER_MAXNREG if kernel.startswith("fwd_split") and kernel.endswith("layer") else None
     art = compile_triton(fn, {**sig, **{n: ints[n] for n in names}}, {**flags, **cx}, num_warps=warps,
                          aligned=aligned, maxnreg=cap)
     res = read_cubin(art.cubin, art.kernel)

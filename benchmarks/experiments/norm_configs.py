@@ -53,7 +53,7 @@ def split_bwd(chunk, warps, hints=fwd.NO_HINTS):
 
 
 def fused_fwd(block_r, warps):
-    return patched(fwd, "fused_tile", lambda n_cols: (block_r, _pow2(n_cols), warps))
+    return patched(fwd, "fused_tile", lambda n_cols, center=False: (block_r, _pow2(n_cols), warps))
 
 
 def fused_bwd(block_r, warps):
@@ -102,9 +102,10 @@ def followup_plans():
 
 
 def fused_wide_plans():
-    """Session 17 (not yet run): the fused forward's tile (rows a program, warps) at 4096 and 8192 columns and at
-    65536 x 1024, with the fast statistics (FUSED_FAST, on since run 75): layer norm 3.52 at 16384 x 4096 against
-    Liger's 3.63 (run 74, another process), whose kernel is one row a program over 8 warps as ours."""
+    """Session 17, run in session 18 (H200 run 80; layer norm's tiles are now ``FUSED_CENTER_TILES``): the fused
+    forward's tile (rows a program, warps) at 4096 and 8192 columns and at 65536 x 1024, with the fast statistics
+    (FUSED_FAST, on since run 75): layer norm 3.52 at 16384 x 4096 against Liger's 3.63 (run 74, another process),
+    whose kernel is one row a program over 8 warps as ours."""
     grid = [(1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16)]
     for size in [(16384, 4096), (16384, 8192)]:
         for fam in ("layer_norm", "rms_norm"):

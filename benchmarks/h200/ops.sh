@@ -39,6 +39,7 @@
 #                                                                # W_EARLY, ONE_PASS_MEAN (tests first)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fusedwide    # the fused forward's tile at 4096 / 8192 /
 #                                                                # 65536 x 1024 (norm_configs.py --fused-wide)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fusedtile    # layer norm's fused tiles: check, tests, sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -307,6 +308,17 @@ case "${1:-fwd}" in
     # 8192 (3.95 against torch.compile's 4.19), each config float64-checked before it is timed (norm_configs.py)
     OUT="$OUT" step 300 python3 benchmarks/experiments/norm_configs.py --fused-wide --max-seconds 0.3
     grep -A40 "best per" "$LOG" | head -12
+    ;;
+  fusedtile)
+    # session 18: layer norm's fused tiles (rms_norm.triton.FUSED_CENTER_TILES, from run 80's sweep): the family's
+    # fuzz on the GPU against float64 (kw check, every dtype), the norms' GPU tests, then layer norm's forward with
+    # every rung and peer at the issue's sizes in one process (carry .whl for Liger)
+    step 150 python3 -m kernelwright.cli check layer_norm --variant fused
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    FS="65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
+    step 200 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes "$FS" --max-seconds 0.3
+    grep -E "│ layer_norm" "$LOG" | cut -c1-100
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails

@@ -472,18 +472,31 @@ def warps_for(elements: int) -> int:
     return 4 if elements <= 1024 else 8 if elements <= 4096 else 16 if elements <= 8192 else 32
 
 
-def fused_tile(n_cols: int) -> tuple[int, int, int]:
+FUSED_CENTER_TILES = {4096: (1, 4), 8192: (2, 8)}
+"""Layer norm's fused tiles (rows a program, warps) by row width, where they differ from rms's: H200 run 80
+(``benchmarks/experiments/norm_configs.py --fused-wide``, bf16, 16384 rows, one process, each config float64-checked
+first, FUSED_FAST on): 4096 columns 1 x 4 warps 3.81 TB/s against 1 x 8 (the shared rule) 3.48 and 2 x 8 3.77; 8192
+columns 2 x 8 3.79 against 1 x 16 3.56. rms_norm in the same run kept its rule (4096: 1 x 8 3.91 against 1 x 4 3.81;
+8192: 1 x 16 3.89, 1 x 4 3.99, within the runs' spread and taken by the cluster rung there); 65536 x 1024 for both:
+the narrow rule (2 x 4) within 0.5% of the best."""
+
+
+def fused_tile(n_cols: int, center: bool = False) -> tuple[int, int, int]:
     """(rows per program, columns block, warps) of the fused forward kernel: narrow rows are grouped into tiles so
     a program moves enough bytes to hide its reductions.
 
     Rows of <= 1024 columns: 2048-value tiles over 4 warps. The H200 sweep of 2026-12-03 (run 20/22,
     ``benchmarks/experiments/norm_configs.py``, bf16 16384x1024) put 2 rows x 4 warps at 3.13 / 2.96 / 3.66 TB/s
     (rms / layer / add_rms) against 3.06 / 2.63 / 3.50 for the 4096-value tile over 8 warps used before; tiles of
-    1-8 rows over 1-8 warps were within 2-5% of it, one run each. Wider rows: ~4096-value tiles, warps by size.
+    1-8 rows over 1-8 warps were within 2-5% of it, one run each. Wider rows: ~4096-value tiles, warps by size;
+    layer norm (``center``) takes :data:`FUSED_CENTER_TILES` at the widths listed there.
     """
     block = triton.next_power_of_2(n_cols)
     if block <= 1024:
         return max(1, min(16, FUSED_NARROW_TILE // block)), block, FUSED_NARROW_WARPS
+    if center and block in FUSED_CENTER_TILES:
+        rows, warps = FUSED_CENTER_TILES[block]
+        return rows, block, warps
     block_r = max(1, min(16, 4096 // block))
     return block_r, block, warps_for(block_r * block)
 
@@ -608,7 +621,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
     tail = (n_rows, n_cols, x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), float(eps))
     ptrs = (x2, r2, weight, b, y2, h2, mean_t, rstd_t)
     if rung == "fused":
-        block_r, block, warps = fused_tile(n_cols)
+        block_r, block, warps = fused_tile(n_cols, center)
         _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
             *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, BIAS_EARLY=FUSED_BIAS_EARLY,
             FAST=fused_fast(), num_warps=warps)
