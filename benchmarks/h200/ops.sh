@@ -40,6 +40,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fusedwide    # the fused forward's tile at 4096 / 8192 /
 #                                                                # 65536 x 1024 (norm_configs.py --fused-wide)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fusedtile    # layer norm's fused tiles: check, tests, sweep
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fwdsweep2    # the norm forwards with Liger, Inductor's code
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -319,6 +320,16 @@ case "${1:-fwd}" in
     FS="65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
     step 200 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes "$FS" --max-seconds 0.3
     grep -E "│ layer_norm" "$LOG" | cut -c1-100
+    ;;
+  fwdsweep2)
+    # session 18, after layer norm's fused tiles (run 81 ran them without Liger: the wheel was not carried): the
+    # three norm forward families with every rung and peer (carry .whl: Liger) at the issue's sizes, one process,
+    # then the Triton code torch.compile generates where it leads (inductor_norm_code.py: saved for the journal)
+    FS="65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
+    step 300 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm --dtypes bf16 --sizes "$FS" \
+      --max-seconds 0.3
+    OUT="$OUT" step 120 python3 benchmarks/experiments/inductor_norm_code.py
+    grep -E "│ (rms|layer|add_rms)_norm " "$LOG" | cut -c1-100
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails
