@@ -15,6 +15,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh decode     # split_kv: GPU tests, decode sizes vs SDPA
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh fa3        # the Gluon rung: GPU tests, the sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh fa3varlen  # its packed kernel: tests, varlen D128 / D64
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/attention.sh final      # every fa3 GPU test; tuned on fp32 inputs
 # A tune cache committed as benchmarks/results/h200/tune.tgz is unpacked first (reused, not re-timed). The GPU tests
 # run with their own cache: a test that tunes a test-sized problem must not set the config of a real bucket.
 set -uo pipefail
@@ -142,6 +143,19 @@ case "${1:-one}" in
     KW_AUTOTUNE=0 OUT="$OUT" step 120 python3 benchmarks/experiments/attention_varlen.py
     KW_VARLEN_D=64 KW_AUTOTUNE=0 OUT="$OUT" step 120 python3 benchmarks/experiments/attention_varlen.py
     grep -E "varlen/|fixed4k|padded " "$LOG" | tail -20
+    ;;
+  final)
+    # session 18: every fa3 GPU test with the packed kernel on by default, then the one attention GPU test never
+    # finished (the tuned rung on fp32 inputs: past 120 s twice, it tunes fp32 configs first): on the cached or
+    # default config (KW_AUTOTUNE=0), then tuning
+    step 240 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_attention_gluon.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    KW_AUTOTUNE=0 KW_CACHE_DIR=/tmp/kwtestcache step 90 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu \
+      tests/test_attention.py -k "rungs_fp16_fp32 and tuned"
+    grep -E "passed|failed" "$LOG" | tail -1
+    KW_CACHE_DIR=/tmp/kwtestcache2 step 240 python3 -m pytest -q -p no:cacheprovider -rfE --durations=3 -m gpu \
+      tests/test_attention.py -k "rungs_fp16_fp32 and tuned"
+    grep -E "passed|failed" "$LOG" | tail -1
     ;;
   buckets)
     # the tune buckets the committed cache lacks (D64 at 2k, D128 at 1k; both masks), then the sweep rows at
