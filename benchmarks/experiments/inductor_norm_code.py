@@ -16,8 +16,31 @@ import kernelwright
 from kernelwright.ops import _norm_common as nc
 
 assert kernelwright.runtime.current_device() == "cuda", "GPU only (KW_DEVICE=cuda)"
+
+
+def loaded_modules() -> list:
+    try:
+        from torch._inductor.codecache import PyCodeCache
+    except ImportError:  # another Inductor: the configs are not printed, the saved source stays
+        return []
+    return list(getattr(PyCodeCache, "modules", []))
+
+
+def chosen_configs(skip: set[int]) -> list[str]:
+    """The launch config each Inductor kernel loaded since ``skip`` (ids of modules) settled on (its autotuner's
+    launchers after the first run)."""
+    out = []
+    for mod in loaded_modules():
+        if id(mod) in skip:
+            continue
+        for name, obj in vars(mod).items():
+            if name.startswith("triton_") and getattr(obj, "launchers", None):
+                out += [f"{name}: {launcher.config}" for launcher in obj.launchers]
+    return out or ["(no launcher found)"]
+
+
 CASES = [("layer_norm", nc.eager_layer_norm, 65536, 1024), ("layer_norm", nc.eager_layer_norm, 16384, 4096),
-         ("rms_norm", nc.eager_rms_norm, 16384, 8192)]
+         ("rms_norm", nc.eager_rms_norm, 16384, 8192), ("layer_norm", nc.eager_layer_norm, 16384, 16384)]
 out_dir = os.environ.get("OUT", "/tmp")
 torch._dynamo.config.recompile_limit = 1024
 for fam, eager, r, c in CASES:
@@ -25,6 +48,7 @@ for fam, eager, r, c in CASES:
     w = torch.randn(c, device="cuda").to(torch.bfloat16)
     args = (x, w, torch.randn(c, device="cuda").to(torch.bfloat16)) if fam == "layer_norm" else (x, w)
     torch._dynamo.reset()
+    before = {id(m) for m in loaded_modules()}
     _, codes = run_and_get_code(torch.compile(eager, dynamic=False), *args)
     src = "\n\n# ---- next module ----\n\n".join(codes)
     path = os.path.join(out_dir, f"inductor_{fam}_{r}x{c}.py")
@@ -36,3 +60,4 @@ for fam, eager, r, c in CASES:
           f"welford {src.count('welford')}, loads {src.count('tl.load(')}, stores {src.count('tl.store(')}")
     for m in re.finditer(r"@triton_heuristics\.(\w+)\((.*?)\n@triton\.jit", src, re.S):
         print(f"  heuristics {m.group(1)}: {' '.join(m.group(2).split())[:300]}")
+    print(f"  chosen: {chosen_configs(before)}")

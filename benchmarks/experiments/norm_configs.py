@@ -8,6 +8,7 @@ GPU only:
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --library   # the defaults, +-1 change each
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --followup  # see followup_plans
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --fused-wide  # see fused_wide_plans
+    KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --looped  # see looped_plans
 (JSON to $OUT/norm_configs.json, rewritten after every config).
 """
 
@@ -118,6 +119,21 @@ def fused_wide_plans():
             yield fam, "fused", (65536, 1024), f"rows {r} warps {w}", (lambda r=r, w=w: fused_fwd(r, w))
 
 
+def looped_plans():
+    """Session 18: the chunked rung shaped as the looped reduction torch.compile generates where it leads (run 82:
+    rms 4.21 against the cluster rung's 4.02 at 16384 x 8192; layer norm 4.13 against 4.06 at 16384 x 16384): the row
+    in CHUNK-column pieces, summed in one loop, read again (from L2) in a second, at 1024-4096 columns a piece and 4
+    or 8 warps, next to the library's cluster and chunked (one piece: the whole row) rungs."""
+    for size in [(16384, 8192), (16384, 16384)]:
+        for fam in ("rms_norm", "layer_norm"):
+            yield fam, "cluster", size, "library", contextlib.nullcontext
+            yield fam, "chunked", size, "library", contextlib.nullcontext
+            for c in (1024, 2048, 4096):
+                for w in (4, 8):
+                    yield fam, "chunked", size, f"chunk {c} warps {w}", (
+                        lambda c=c, w=w: _both(patched(fwd, "CHUNK", c), patched(fwd, "warps_for", lambda e, w=w: w)))
+
+
 @contextlib.contextmanager
 def _both(a, b):
     with a, b:
@@ -178,6 +194,7 @@ def main() -> None:
                          "the sweep")
     ap.add_argument("--followup", action="store_true", help="followup_plans instead of the sweep")
     ap.add_argument("--fused-wide", action="store_true", help="fused_wide_plans instead of the sweep")
+    ap.add_argument("--looped", action="store_true", help="looped_plans instead of the sweep")
     ap.add_argument("--max-seconds", type=float, default=0.25)
     ap.add_argument("--only", default="", help="comma-separated families to run (default: all)")
     args = ap.parse_args()
@@ -192,7 +209,8 @@ def main() -> None:
     out_path = os.path.join(os.environ.get("OUT", "/tmp"), "norm_configs.json")
     sizes = {tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s}
     chosen = (library_plans() if args.library else followup_plans() if args.followup
-              else fused_wide_plans() if args.fused_wide else plans(args.quick, args.hints))
+              else fused_wide_plans() if args.fused_wide else looped_plans() if args.looped
+              else plans(args.quick, args.hints))
     for fam_name, rung, size, label, ctx in chosen:
         if (only and fam_name not in only) or (sizes and size not in sizes):
             continue

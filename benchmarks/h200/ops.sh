@@ -41,6 +41,7 @@
 #                                                                # 65536 x 1024 (norm_configs.py --fused-wide)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fusedtile    # layer norm's fused tiles: check, tests, sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fwdsweep2    # the norm forwards with Liger, Inductor's code
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh looped       # chunked as a looped reduction; Inductor's configs
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -330,6 +331,15 @@ case "${1:-fwd}" in
       --max-seconds 0.3
     OUT="$OUT" step 120 python3 benchmarks/experiments/inductor_norm_code.py
     grep -E "│ (rms|layer|add_rms)_norm " "$LOG" | cut -c1-100
+    ;;
+  looped)
+    # session 18: the chunked rung as a looped reduction (torch.compile's shape where it leads: rms 16384 x 8192,
+    # layer norm 16384 x 16384), float64-checked then timed next to the cluster rung (norm_configs.py --looped);
+    # then the configs Inductor's kernels settle on at those shapes (inductor_norm_code.py)
+    OUT="$OUT" step 200 python3 benchmarks/experiments/norm_configs.py --looped --max-seconds 0.3
+    grep -A20 "best per" "$LOG" | head -6
+    OUT="$OUT" step 150 python3 benchmarks/experiments/inductor_norm_code.py
+    grep -E "chosen|x[0-9]+: " "$LOG" | cut -c1-300
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails
