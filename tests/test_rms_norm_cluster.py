@@ -1,8 +1,9 @@
 """The rms_norm cluster rung (CUDA C, Hopper): every configuration the launcher can pick compiles for sm_90 without
 spills (CPU, NVRTC), rows wider than it takes are refused by name, and on an H100/H200 it matches a float64
 reference on aligned and unaligned widths up to 262,144 columns, with the Gemma offset, the saved rstd, rows of
-zeros and extreme magnitudes, and in two runs bit for bit. (The family fuzz, tests/test_ladders.py, covers it too
-when run on a Hopper GPU.)"""
+zeros and extreme magnitudes, and in two runs bit for bit; with the FAST_STATS switch (one-pass statistics) the same,
+plus bit for bit the default's output on rows inside its range. (The family fuzz, tests/test_ladders.py, covers it
+too when run on a Hopper GPU.)"""
 
 import pytest
 import torch
@@ -19,9 +20,17 @@ CONFIGS = [(n, dt, v) for dt in (torch.bfloat16, torch.float16, torch.float32) f
            for n in (7, 4096, 32769, 65536, 262144) if not (v and n % (16 // dt.itemsize))]
 
 
+@pytest.fixture(params=[False, True], ids=["scaled", "fast"])
+def fast(request, monkeypatch):
+    """The rung's statistics as by default (a pass for the largest magnitude, one for the scaled squares) and with
+    FAST_STATS (one pass where the chunk's range allows, see cuda/cluster.cu block_stats)."""
+    monkeypatch.setattr(rc, "FAST_STATS", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize(("n", "dtype", "vector"), CONFIGS)
 @pytest.mark.parametrize("flags", [(False, False), (True, True)], ids=["plain", "offset-stats"])
-def test_every_config_compiles_for_sm90_without_spills(n, dtype, vector, flags):
+def test_every_config_compiles_for_sm90_without_spills(n, dtype, vector, flags, fast):
     pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
     from kernelwright.harness import inspect as ki
 
@@ -98,7 +107,7 @@ def _check(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, offset: bool = F
 @hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("n", WIDTHS)
-def test_matches_float64_at_every_width(n, dtype):
+def test_matches_float64_at_every_width(n, dtype, fast):
     rows = max(1, min(37, (1 << 22) // n))
     x = torch.randn(rows, n, device="cuda").mul_(3).to(dtype)
     w = torch.randn(n, device="cuda").to(dtype)
@@ -113,7 +122,7 @@ def test_matches_float64_at_every_width(n, dtype):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_zero_rows_and_extreme_magnitudes(dtype):
+def test_zero_rows_and_extreme_magnitudes(dtype, fast):
     n = 262144 if dtype == torch.bfloat16 else 65536  # clusters of several CTAs
     x = torch.randn(6, n, device="cuda").to(dtype)
     x[0] = 0                       # a row of zeros: y = 0, rstd = 1 / sqrt(eps)
@@ -128,7 +137,39 @@ def test_zero_rows_and_extreme_magnitudes(dtype):
 
 @pytest.mark.gpu
 @hopper
-def test_many_rows_and_3d():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("n", [1000, 8192, 65536, 262144])
+def test_fast_stats_are_the_scaled_bits_inside_their_range_and_fall_back_outside(dtype, n, monkeypatch):
+    # FAST_STATS sums the squares unscaled where a chunk's largest magnitude lies in [2^-40, 2^40], then scales by an
+    # exact power of two: y and rstd bit for bit the default's (no square underflows in these rows); rows at and
+    # past the range's ends (one chunk fast, a partner not) match float64
+    rows = 8
+    g = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ()).item()))
+    x = (torch.randn(rows, n, device="cuda", generator=g) * 4).to(dtype)
+    w = torch.randn(n, device="cuda", generator=g).to(dtype)
+    if dtype != torch.float16:  # fp16's range ends at 65504: the scaled bounds are bf16 / fp32 rows
+        x[2, 0] = 2.0**40          # at the top of the range: fast
+        x[3, -1] = 2.0**41         # past it: the last chunk sums again in its own scale
+        x[4] *= 2.0**-45           # below it: every chunk sums again
+        x[5, : n // 2] *= 2.0**-60  # a small half (below the range where a chunk holds only it) and a normal half
+    outs = []
+    for on in (False, True):
+        monkeypatch.setattr(rc, "FAST_STATS", on)
+        out = torch.full_like(x, float("nan"))
+        rstd = torch.full((rows,), float("nan"), device="cuda")
+        rc.rms_norm_cluster(x, w, 1e-6, False, out=out, stats=(rstd,))
+        outs.append((out, rstd))
+        _check(x, w)
+    bits = torch.int16 if x.element_size() == 2 else torch.int32
+    normal = [0, 1, 6, 7] + ([] if dtype != torch.float16 else [2, 3, 4, 5])
+    for r in normal:
+        assert torch.equal(outs[0][0][r].view(bits), outs[1][0][r].view(bits)), f"row {r}: y differs"
+        assert torch.equal(outs[0][1][r], outs[1][1][r]), f"row {r}: rstd differs"
+
+
+@pytest.mark.gpu
+@hopper
+def test_many_rows_and_3d(fast):
     w = torch.randn(4096, device="cuda").to(torch.bfloat16)
     _check(torch.randn(20000, 4096, device="cuda").to(torch.bfloat16), w)
     w = torch.randn(65536, device="cuda").to(torch.bfloat16)

@@ -42,6 +42,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fusedtile    # layer norm's fused tiles: check, tests, sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fwdsweep2    # the norm forwards with Liger, Inductor's code
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh looped       # chunked as a looped reduction; Inductor's configs
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmsfast      # rms cluster FAST_STATS: tests, off / on
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -340,6 +341,20 @@ case "${1:-fwd}" in
     grep -A20 "best per" "$LOG" | head -6
     OUT="$OUT" step 150 python3 benchmarks/experiments/inductor_norm_code.py
     grep -E "chosen|x[0-9]+: " "$LOG" | cut -c1-300
+    ;;
+  rmsfast)
+    # session 18: the rms cluster rung's FAST_STATS (one-pass statistics where a chunk's range allows): its GPU tests
+    # (both settings: float64, extremes, bit-equality inside the range), then off / on / off / on, each in its own
+    # process, at the widths the rung serves (about 4 minutes with the start: the session's last device time)
+    step 110 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py
+    grep -E "passed|failed" "$LOG" | tail -1
+    for f in False True False True; do
+      step 30 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.cuda.FAST_STATS=$f -- \
+        bench rms_norm --dtypes bf16 --sizes 16384x8192,16384x16384,4096x65536,1024x262144 --variant cluster \
+        --no-peers --max-seconds 0.2
+      echo "   (FAST_STATS=$f)" | tee -a "$LOG"
+    done
+    grep -E "│ rms_norm|^   \(" "$LOG" | cut -c1-90
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails

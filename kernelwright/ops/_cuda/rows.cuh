@@ -285,6 +285,17 @@ __device__ __forceinline__ float block_reduce_sum(float v, float* red) {
     return v;
 }
 
+// the block's largest magnitude (x) and sum (y), one barrier (the sum in block_reduce_sum's order)
+__device__ __forceinline__ float2 block_reduce_max_sum(float2 v, float* red_a, float* red_s) {
+    v.x = warp_max(v.x), v.y = warp_sum(v.y);
+    if ((threadIdx.x & 31) == 0) red_a[threadIdx.x >> 5] = v.x, red_s[threadIdx.x >> 5] = v.y;
+    __syncthreads();
+    v = make_float2(red_a[0], red_s[0]);
+#pragma unroll
+    for (int i = 1; i < THREADS / 32; ++i) v.x = fmaxf(v.x, red_a[i]), v.y += red_s[i];
+    return v;
+}
+
 #define NO_EXPONENT (-100000)  // a chunk of zeros: below every real exponent, so it never sets the row's scale
 
 // --- the norms' store (16-byte path): y from the held chunk and per-column vectors (w; w and b) --------------------

@@ -20,8 +20,17 @@ from kernelwright.ops.softmax import cuda as sc
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_COLS = cn.MAX_COLS
 limit = cn.limit
+FAST_STATS = False
+"""Experiment switch (session 18): the chunk's largest magnitude and its unscaled sum of squares in one pass and
+one block reduction, where the magnitude lies in [2^-40, 2^40] (other chunks sum again in their own scale, as
+without it): one read of the held chunk and one barrier fewer. The rows' statistics are bit for bit the default's
+unless a square underflows (``cuda/cluster.cu`` block_stats). The fused Triton forward's FUSED_FAST, the same idea,
+was +3% for rms at 8192 columns (run 75); torch.compile's rms kernel at 16384 x 8192 (4.21 against the cluster
+rung's 4.02, run 82) sums the squares in one pass with no scale. Off until measured."""
+
+
 def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats: bool):
-    extra = (f"OFFSET={int(offset)}", f"SAVE_STATS={int(save_stats)}")
+    extra = (f"OFFSET={int(offset)}", f"SAVE_STATS={int(save_stats)}", f"FAST={int(FAST_STATS)}")
     return cn.compiled(SOURCE, "rms_norm_cluster", cn.options(cfg, dtype, extra))
 
 

@@ -124,16 +124,6 @@ __device__ __forceinline__ float2 chunk_amax_sum24(const unsigned (&w)[NV][WORDS
     return make_float2(from_bits(m), s);
 }
 
-// the block's largest magnitude and sum, one barrier
-__device__ __forceinline__ float2 block_reduce_max_sum(float2 v, float* red_a, float* red_s) {
-    v.x = warp_max(v.x), v.y = warp_sum(v.y);
-    if ((threadIdx.x & 31) == 0) red_a[threadIdx.x >> 5] = v.x, red_s[threadIdx.x >> 5] = v.y;
-    __syncthreads();
-    v = make_float2(red_a[0], red_s[0]);
-#pragma unroll
-    for (int i = 1; i < THREADS / 32; ++i) v.x = fmaxf(v.x, red_a[i]), v.y += red_s[i];
-    return v;
-}
 #endif
 
 // 2. (e, mean, M2, n) of this CTA's chunk, mean and M2 in the scale 2^-e (see the header)

@@ -18,7 +18,8 @@
 //      SAVE_STATS the CTA of rank 0 stores rstd (fp32) for the backward.
 //   4. y = x * rstd * w' from the held words; w' read as 16-byte vectors (L2: every row reads the same w).
 // A cluster of one CTA trades nothing and meets at no barrier. Defines: DTYPE, VECTOR, NV, THREADS, CLUSTER
-// (1..16; past 8 set at launch), MIN_BLOCKS, SNV (16-byte path only), OFFSET, SAVE_STATS. Arithmetic in fp32, sqrt
+// (1..16; past 8 set at launch), MIN_BLOCKS, SNV (16-byte path only), OFFSET, SAVE_STATS, FAST (switch: step 2 in
+// one pass where the chunk's range allows, see block_stats). Arithmetic in fp32, sqrt
 // by MUFU.RSQ with a Newton step.
 
 #if !defined(DTYPE) || !defined(VECTOR) || !defined(NV) || !defined(THREADS) || !defined(CLUSTER)
@@ -36,6 +37,9 @@
 #ifndef SAVE_STATS
 #define SAVE_STATS 0
 #endif
+#ifndef FAST
+#define FAST 0  // step 2 in one pass where the chunk's range allows (see block_stats; switch in ../cuda.py)
+#endif
 
 #include "../../_cuda/rows.cuh"  // element formats, cluster primitives, warp reductions, vector loads and stores
 
@@ -48,7 +52,96 @@ static_assert(SNV == 0 || VECTOR, "shared-memory vectors: the 16-byte path");
 // 2. (e, sum of (x 2^-e)^2) of the CTA's chunk. 2^-e as two factors, each a normal float for any exponent of a
 //    finite input (e in [-148, 128]); a chunk of zeros (past the row's end, or zero inputs) reports NO_EXPONENT
 //    and sum 0; an Inf or NaN makes the sum Inf or NaN, as the reference's (fmaxf skips NaN: the sum does not)
-__device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], float* red_a, float* red_s) {
+//    FAST: the largest magnitude and the unscaled sum of squares in one pass and one block reduction; where the
+//    chunk's largest magnitude a lies in [2^-40, 2^40] (every square below 2^80, a sum of at most 2^18 of them below
+//    2^98; squares that underflow are below 2^-126 against a sum of at least a^2 >= 2^-80), the sum is brought to the
+//    scale 4^-e by one exact power of two: the same bits as the scaled pass (scaling by 2^-e is exact, so every
+//    product and partial sum rounds alike) unless some square underflows. Other chunks (and Inf / NaN) sum in the
+//    scale 2^-e from x read again from global memory (L2): summing the held words again kept the first pass's
+//    unpacked values alive across the reduction (32-88 bytes of spills a thread, sm_90; a volatile copy of each word
+//    did not help), and such rows are rare.
+#if FAST
+__device__ __forceinline__ float sum_squares_again(const void* x_, long long row, int x_stride, int base,
+                                                   int n_cols, float s1, float s2) {
+    const int tid = threadIdx.x;
+    float s = 0.0f;
+#if VECTOR
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(x_) +
+                                                     (size_t)row * x_stride * EB);
+#pragma unroll 1
+    for (int j = 0; j < NV + SNV; ++j) {  // the held order: registers, then shared memory
+        const int col = base + (j * THREADS + tid) * VEC;
+        if (col >= n_cols) break;  // the rest lie past the row's end too (held as zeros: nothing to the sum)
+        const uint4 q = __ldg(xr + col / VEC);
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(word(q, k), i) * s1 * s2;
+                s = fmaf(v, v, s);
+            }
+    }
+#else
+#if EB == 4
+    const unsigned* xr = static_cast<const unsigned*>(x_) + (size_t)row * x_stride;
+#else
+    const unsigned short* xr = static_cast<const unsigned short*>(x_) + (size_t)row * x_stride;
+#endif
+#pragma unroll 1
+    for (int j = 0; j < NV; ++j) {
+        const int col = base + j * THREADS + tid;
+        if (col >= n_cols) break;
+        const float v = elem((unsigned)__ldg(xr + col), 0) * s1 * s2;
+        s = fmaf(v, v, s);
+    }
+#endif
+    return s;
+}
+#endif
+
+__device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], float* red_a, float* red_s,
+                                              const void* x_, long long row, int x_stride, int base, int n_cols) {
+#if FAST
+    unsigned m = 0;
+    float q = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m = max_magnitude(m, w[j][k]);
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(w[j][k], i);
+                q = fmaf(v, v, q);
+            }
+        }
+#if SNV
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll 1
+    for (int j = 0; j < SNV; ++j) {
+        const uint4 h = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m = max_magnitude(m, word(h, k));
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(word(h, k), i);
+                q = fmaf(v, v, q);
+            }
+        }
+    }
+#endif
+#if EB == 2 && VECTOR
+    m = max(m & 0xffffu, m >> 16);
+#endif
+    const float2 aq = block_reduce_max_sum(make_float2(from_bits(m), q), red_a, red_s);
+    const float a = aq.x;
+    const int e = a > 0.0f && a <= 3.4028235e38f ? exponent_of(a) : 0;
+    if (a >= 0x1p-40f && a <= 0x1p40f) return make_float2((float)e, aq.y * exp2i(-2 * e));
+    const float s = sum_squares_again(x_, row, x_stride, base, n_cols, exp2i(-(e / 2)), exp2i(-(e - e / 2)));
+    (void)w;
+#else
+    (void)x_, (void)row, (void)x_stride, (void)base, (void)n_cols;
     const float a = block_reduce_max(chunk_amax(w), red_a);
     const int e = a > 0.0f && a <= 3.4028235e38f ? exponent_of(a) : 0;
     const float s1 = exp2i(-(e / 2)), s2 = exp2i(-(e - e / 2));
@@ -74,6 +167,7 @@ __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], fl
                 s = fmaf(v, v, s);
             }
     }
+#endif
 #endif
     return make_float2(a > 0.0f ? (float)e : (float)NO_EXPONENT, block_reduce_sum(s, red_s));
 }
@@ -143,7 +237,7 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
     const FirstGroup<1> first = WEARLY ? first_group(wr, base, n_cols) : FirstGroup<1>{};  // (rows.cuh)
 #endif
     // 2-3.
-    const float rstd = row_rstd(&part, block_stats(w, red_a, red_s), inv_n, eps);
+    const float rstd = row_rstd(&part, block_stats(w, red_a, red_s, x_, row, x_stride, base, n_cols), inv_n, eps);
 #if SAVE_STATS
     if (base == 0 && tid == 0) rstd_[row] = rstd;
 #else
