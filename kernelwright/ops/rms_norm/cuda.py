@@ -20,13 +20,14 @@ from kernelwright.ops.softmax import cuda as sc
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_COLS = cn.MAX_COLS
 limit = cn.limit
-FAST_STATS = False
-"""Experiment switch (session 18): the chunk's largest magnitude and its unscaled sum of squares in one pass and
-one block reduction, where the magnitude lies in [2^-40, 2^40] (other chunks sum again in their own scale, as
-without it): one read of the held chunk and one barrier fewer. The rows' statistics are bit for bit the default's
-unless a square underflows (``cuda/cluster.cu`` block_stats). The fused Triton forward's FUSED_FAST, the same idea,
-was +3% for rms at 8192 columns (run 75); torch.compile's rms kernel at 16384 x 8192 (4.21 against the cluster
-rung's 4.02, run 82) sums the squares in one pass with no scale. Off until measured."""
+FAST_STATS = True
+"""The chunk's largest magnitude and its unscaled sum of squares in one pass and one block reduction, where the
+magnitude lies in [2^-40, 2^40] (other chunks sum again in their own scale, from x read again in L2): one read of
+the held chunk and one barrier fewer. The rows' statistics are bit for bit the scaled pass's unless a square
+underflows (``cuda/cluster.cu`` block_stats). H200 run 85 (``benchmarks/h200/ops.sh rmsfast``, bf16 TB/s, off / on
+twice, each in its own process): 16384 x 8192 4.01 / 4.01 -> 4.02 / 4.02, 16384 x 16384 4.07 both ways, 4096 x
+65536 3.91 / 3.90 -> 3.99 / 3.99, 1024 x 262144 3.39 / 3.40 -> 3.47 / 3.47; the rung's GPU tests with both settings:
+90 passed. On since then; False restores the scaled pass."""
 
 
 def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats: bool):

@@ -38,7 +38,7 @@
 #define SAVE_STATS 0
 #endif
 #ifndef FAST
-#define FAST 0  // step 2 in one pass where the chunk's range allows (see block_stats; switch in ../cuda.py)
+#define FAST 0  // step 2 in one pass where the chunk's range allows (see block_stats; ../cuda.py turns it on)
 #endif
 
 #include "../../_cuda/rows.cuh"  // element formats, cluster primitives, warp reductions, vector loads and stores
