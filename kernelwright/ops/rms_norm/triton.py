@@ -478,10 +478,11 @@ FUSED_CENTER_TILES = {4096: (1, 4), 8192: (2, 8)}
 first, FUSED_FAST on): 4096 columns 1 x 4 warps 3.81 TB/s against 1 x 8 (the shared rule) 3.48 and 2 x 8 3.77; 8192
 columns 2 x 8 3.79 against 1 x 16 3.56. rms_norm in the same run kept its rule (4096: 1 x 8 3.91 against 1 x 4 3.81;
 8192: 1 x 16 3.89, 1 x 4 3.99, within the runs' spread and taken by the cluster rung there); 65536 x 1024 for both:
-the narrow rule (2 x 4) within 0.5% of the best."""
+the narrow rule (2 x 4) within 0.5% of the best. 16-bit rows only (fp16 moves bf16's bytes); fp32 rows keep the
+shared rule, not timed with these (2 x 8 at 8192 takes 172 registers a thread in fp32, sm_90: one program an SM)."""
 
 
-def fused_tile(n_cols: int, center: bool = False) -> tuple[int, int, int]:
+def fused_tile(n_cols: int, center: bool = False, elt: int = 2) -> tuple[int, int, int]:
     """(rows per program, columns block, warps) of the fused forward kernel: narrow rows are grouped into tiles so
     a program moves enough bytes to hide its reductions.
 
@@ -489,12 +490,13 @@ def fused_tile(n_cols: int, center: bool = False) -> tuple[int, int, int]:
     ``benchmarks/experiments/norm_configs.py``, bf16 16384x1024) put 2 rows x 4 warps at 3.13 / 2.96 / 3.66 TB/s
     (rms / layer / add_rms) against 3.06 / 2.63 / 3.50 for the 4096-value tile over 8 warps used before; tiles of
     1-8 rows over 1-8 warps were within 2-5% of it, one run each. Wider rows: ~4096-value tiles, warps by size;
-    layer norm (``center``) takes :data:`FUSED_CENTER_TILES` at the widths listed there.
+    layer norm (``center``) in 16-bit types (``elt`` bytes an element) takes :data:`FUSED_CENTER_TILES` at the
+    widths listed there.
     """
     block = triton.next_power_of_2(n_cols)
     if block <= 1024:
         return max(1, min(16, FUSED_NARROW_TILE // block)), block, FUSED_NARROW_WARPS
-    if center and block in FUSED_CENTER_TILES:
+    if center and elt == 2 and block in FUSED_CENTER_TILES:
         rows, warps = FUSED_CENTER_TILES[block]
         return rows, block, warps
     block_r = max(1, min(16, 4096 // block))
@@ -621,7 +623,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
     tail = (n_rows, n_cols, x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), float(eps))
     ptrs = (x2, r2, weight, b, y2, h2, mean_t, rstd_t)
     if rung == "fused":
-        block_r, block, warps = fused_tile(n_cols, center)
+        block_r, block, warps = fused_tile(n_cols, center, x2.element_size())
         _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
             *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, BIAS_EARLY=FUSED_BIAS_EARLY,
             FAST=fused_fast(), num_warps=warps)
