@@ -166,3 +166,98 @@ def test_one_pass_mean_matches_float64(monkeypatch, dtype):
     w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
     _check(x, w, b)
     _check(x[3:5], w, b, eps=0.0)  # no eps: the tiny rows' own spread sets rstd, so their mean must be right
+
+
+# --- the PAIR_ROWS switch (session 19, not yet run on a GPU): two rows a cluster, w and b read once for both ----
+PAIR_SHAPES = [(65536, torch.bfloat16, True, (2, 512)), (262144, torch.float16, True, (8, 512)),
+               (40000, torch.bfloat16, True, (2, 512)), (131072, torch.bfloat16, True, (4, 512)),
+               (32768, torch.bfloat16, True, None),  # one CTA holds the row in registers: no shared-memory half
+               (65536, torch.float32, True, None), (65536, torch.bfloat16, False, None)]
+
+
+@pytest.mark.parametrize(("n", "dtype", "vector", "shape"), PAIR_SHAPES)
+def test_pair_shapes(n, dtype, vector, shape):
+    from kernelwright.ops import _cluster_norm as cn
+
+    cfg = cn.pair_config(sc.cluster_config(n, dtype.itemsize, vector), n, dtype.itemsize)
+    assert (None if cfg is None else (cfg.cluster, cfg.threads)) == shape
+    if cfg is not None:  # the same columns of two rows: NV vectors a thread in registers, as many in shared memory
+        assert cfg.nv == cfg.snv and cfg.cluster * cfg.threads * cfg.nv * (16 // dtype.itemsize) >= n
+
+
+@pytest.mark.parametrize("n", [40000, 65536, 131072, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_pair_compiles_for_sm90_without_spills(n, dtype):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    for save in (False, True):
+        art = lc.pair_artifact(n, dtype, save_stats=save)
+        rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
+        assert rep.registers <= 64 and rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, rep.stack_bytes
+        assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 2  # the exchange, and the wait before the CTA exits
+        assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
+
+
+class _Recorder:
+    """A stand-in kernel: records what the launcher would run."""
+
+    def __init__(self, calls, cfg, pair):
+        self.calls, self.cfg, self.pair = calls, cfg, pair
+
+    def launch(self, grid, block, args, shared_mem, cluster):
+        self.calls.append({"cfg": self.cfg, "pair": self.pair, "grid": grid, "block": block, "args": args,
+                           "smem": shared_mem, "cluster": cluster})
+
+
+@pytest.mark.parametrize(("rows", "n", "dtype", "pair"), [(5, 65536, torch.bfloat16, True),
+                                                          (4, 262144, torch.float16, True),
+                                                          (5, 16384, torch.bfloat16, False),
+                                                          (3, 65536, torch.float32, False)])
+def test_pair_launch_plumbing(monkeypatch, rows, n, dtype, pair):
+    """With PAIR_ROWS on, the launcher sends the wide 16-bit rows to the pair kernel over (rows + 1) // 2 clusters,
+    with the row count before the width; other rows keep the one-row kernel and its arguments (CPU, no launch)."""
+    from kernelwright.ops import _cluster_norm as cn
+
+    calls = []
+    x = torch.randn(rows, n).to(dtype)
+    w, b, y = torch.randn(n).to(dtype), torch.randn(n).to(dtype), torch.empty(rows, n, dtype=dtype)
+    cn.launch(lambda cfg, two=False: _Recorder(calls, cfg, two), x, y, (w, b), (y, y), 1e-5, pair=True)
+    (c,) = calls
+    assert c["pair"] == pair
+    cfg = c["cfg"]
+    assert c["grid"] == (((rows + 1) // 2 if pair else rows) * cfg.cluster,) and c["block"] == (cfg.threads,)
+    assert c["smem"] == cfg.snv * cfg.threads * 16
+    lead = (rows,) if pair else ()
+    assert c["args"][6:] == (*lead, n, n, n, 1e-5, 1.0 / n)  # after x, w, b, y, mean, rstd
+    if pair:
+        assert (cfg.cluster, cfg.nv, cfg.snv) == ((2 if n == 65536 else 8), 8, 8)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_pair_matches_float64(monkeypatch, dtype):
+    monkeypatch.setattr(lc, "PAIR_ROWS", True)
+    for n in (32776, 40000, 65536, 131072, 262144):
+        for rows in (1, 2, 5):  # a lone row, one pair, and a pair short of its second row
+            x = torch.randn(rows, n, device="cuda").mul_(3).add_(1).to(dtype)
+            w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+            _check(x, w, b)
+    n = 262144
+    x = torch.randn(7, n, device="cuda")
+    x[0] = 0                       # zeros: y = b (first of a pair)
+    x[1] = 2.5                     # a constant row (second of a pair)
+    x[2] *= 1e30 if dtype == torch.bfloat16 else 1e4   # squares past fp32's range / fp16's largest values
+    x[3] *= 1e-30 if dtype == torch.bfloat16 else 1e-6  # a variance below eps / fp16's subnormals
+    x[4, : n // 2] = 0             # CTAs of zeros among partners that are not, in both positions of a pair
+    x[5, n // 2:] = 0
+    x = x.to(dtype)
+    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    _check(x, w, b)
+    _check(torch.randn(3, 2, 65536, device="cuda").to(dtype), w[:65536], b[:65536])  # leading dims: 6 rows
+    xs = torch.randn(4, 65536 + 8, device="cuda").to(dtype)[:, :65536]  # rows with a stride past their width
+    _check(xs, w[:65536], b[:65536])
+    tol = FAM.tolerances[dtype]  # the offset row on its own, as in test_constant_rows_offsets_and_extreme_magnitudes
+    off = (1000 + torch.randn(2, n, device="cuda")).to(dtype)
+    _check(off, w, b, tol=dataclasses.replace(tol, norm=max(tol.norm, 4 * 1000 * 2.0**-24)))

@@ -66,23 +66,40 @@ def plan(kernel_for, x2: torch.Tensor, y2: torch.Tensor, vectors: tuple[torch.Te
     return cfg
 
 
+def pair_config(cfg: sc.ClusterConfig, n_cols: int, elt: int) -> sc.ClusterConfig | None:
+    """The two-rows-a-cluster shape (a family's ``PAIR`` kernel) for rows whose one-row shape ``cfg`` holds
+    shared-memory vectors (the wide 16-bit rows), else None: each CTA holds the same columns of two rows, the first
+    in registers and the second in shared memory, so the cluster is the one-row shape's for rows of twice the
+    columns (65536 bf16 columns -> 2 CTAs of 512, 262144 -> 8 x 512)."""
+    if not (cfg.vector and cfg.snv and elt == 2):
+        return None
+    pair = sc.cluster_config(2 * n_cols, elt, True, nonportable=False)
+    return pair if pair.snv == pair.nv else None
+
+
 def launch(kernel_for, x2: torch.Tensor, y2: torch.Tensor, vectors: tuple[torch.Tensor, ...],
-           stats: tuple[torch.Tensor, ...], eps: float) -> None:
+           stats: tuple[torch.Tensor, ...], eps: float, pair: bool = False) -> None:
     """Run ``kernel_for(cfg)`` over the rows of ``x2`` [R, D] (unit column stride) into ``y2``: arguments x, the
     ``vectors``, y, the ``stats`` buffers (fp32 [R] each, or stand-ins when not saved), D, the row strides, eps
-    and 1 / D."""
+    and 1 / D. ``pair``: where :func:`pair_config` has a shape, ``kernel_for(cfg, True)`` over pairs of rows
+    (its arguments take R before D)."""
     R, D = x2.shape
     if R == 0 or D == 0:
         return
     if D > MAX_COLS:
         raise ValueError(f"x: rows of {D} columns exceed the cluster rung's {MAX_COLS}")
     cfg = plan(kernel_for, x2, y2, vectors)
-    grid = R * cfg.cluster
+    two = pair_config(cfg, D, x2.element_size()) if pair else None
+    if two is not None:
+        cfg, rows, lead = two, (R + 1) // 2, (R,)
+    else:
+        rows, lead = R, ()
+    grid = rows * cfg.cluster
     if grid >= 2**31:
         raise ValueError(f"x: {R} rows x {cfg.cluster} CTAs exceed the grid's 2^31 - 1 blocks")
-    args = (x2, *vectors, y2, *stats, D, x2.stride(0), y2.stride(0), float(eps), 1.0 / D)
-    kernel_for(cfg).launch((grid,), (cfg.threads,), args, shared_mem=sc.smem_bytes(cfg),
-                           cluster=sc.launch_cluster(cfg))
+    args = (x2, *vectors, y2, *stats, *lead, D, x2.stride(0), y2.stride(0), float(eps), 1.0 / D)
+    kernel = kernel_for(cfg, True) if two is not None else kernel_for(cfg)
+    kernel.launch((grid,), (cfg.threads,), args, shared_mem=sc.smem_bytes(cfg), cluster=sc.launch_cluster(cfg))
 
 
 def artifact(kernel_for, name: str, n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1) -> dict:

@@ -23,9 +23,27 @@ shared-memory vectors only (the wide 16-bit rows, where it saves a pass over sha
 it: 176 bytes at 4096 / 8192 columns). Not yet run on a GPU (session 15; `ops.sh lnwide`)."""
 
 
-def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, save_stats: bool):
-    extra = (f"SAVE_STATS={int(save_stats)}", f"ONE_PASS_MEAN={int(ONE_PASS_MEAN and cfg.snv > 0)}")
-    return cn.compiled(SOURCE, "layer_norm_cluster", cn.options(cfg, dtype, extra))
+PAIR_ROWS = False
+"""Experiment switch: two rows a cluster for the wide 16-bit rows (those whose one-row shape holds shared-memory
+vectors, past 32768 columns): each CTA holds the same columns of both rows, the first in registers and the second
+in shared memory, so w and b are read from L2 once for two rows (``cuda/cluster.cu`` PAIR; shapes:
+:func:`kernelwright.ops._cluster_norm.pair_config`). Reading behind it (session 19, not measured): at 65536 columns
+the one-row kernel reads 256 KB of w and b from L2 for every 128 KB of x, and L2's bandwidth, not HBM's, may be what
+holds it at 3.1 TB/s where rms_norm (w only) runs 3.99. Not yet run on a GPU (``ops.sh lnpair``)."""
+
+
+PAIR_GROUP = 1
+"""PAIR_ROWS's accesses whose w and b vectors are loaded before their stores (each feeding two rows' stores); 2
+spills 16-36 bytes a thread at 64 registers (sm_90, bf16), 1 none."""
+
+
+def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, save_stats: bool, pair: bool = False):
+    one_pass = ONE_PASS_MEAN and cfg.snv > 0 and not pair
+    extra = (f"SAVE_STATS={int(save_stats)}", f"ONE_PASS_MEAN={int(one_pass)}", f"PAIR={int(pair)}")
+    if pair:
+        extra += (f"PG={PAIR_GROUP}",)
+    name = "layer_norm_cluster_pair" if pair else "layer_norm_cluster"
+    return cn.compiled(SOURCE, name, cn.options(cfg, dtype, extra))
 
 
 def layer_norm_cluster(x, weight, bias, eps=1e-5, *, out, stats=None):
@@ -35,14 +53,24 @@ def layer_norm_cluster(x, weight, bias, eps=1e-5, *, out, stats=None):
     if out.numel():
         x2, y2 = rows2d(x), out.view(-1, n)
         save = stats is not None
-        cn.launch(lambda cfg: _kernel(cfg, x.dtype, save), x2, y2, (weight.contiguous(), bias.contiguous()),
-                  tuple(stats) if save else (y2, y2), eps)
+        cn.launch(lambda cfg, pair=False: _kernel(cfg, x.dtype, save, pair), x2, y2,
+                  (weight.contiguous(), bias.contiguous()), tuple(stats) if save else (y2, y2), eps, pair=PAIR_ROWS)
     return out
 
 
 def artifact(n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1, save_stats: bool = False) -> dict:
     """What the launcher would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed)."""
     return cn.artifact(lambda cfg: _kernel(cfg, dtype, save_stats), "layer_norm_cluster", n_cols, dtype, vector, rows)
+
+
+def pair_artifact(n_cols: int, dtype: torch.dtype, rows: int = 2, save_stats: bool = False) -> dict | None:
+    """The PAIR_ROWS kernel for rows of ``n_cols`` (16-byte path; None where it does not apply)."""
+    cfg = cn.pair_config(sc.cluster_config(n_cols, dtype.itemsize, True), n_cols, dtype.itemsize)
+    if cfg is None:
+        return None
+    return {"kernel": "layer_norm_cluster_pair", "cubin": _kernel(cfg, dtype, save_stats, True).cubin,
+            "threads_per_block": cfg.threads, "dynamic_smem": sc.smem_bytes(cfg),
+            "grid": ((rows + 1) // 2 * cfg.cluster, 1, 1), "config": cfg}
 
 
 def inspect_artifacts(size: tuple[int, ...], dtype: torch.dtype) -> list:

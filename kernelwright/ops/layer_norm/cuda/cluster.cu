@@ -25,6 +25,9 @@
 #ifndef SAVE_STATS
 #define SAVE_STATS 0
 #endif
+#ifndef PAIR
+#define PAIR 0  // two rows a cluster (layer_norm_cluster_pair; switch PAIR_ROWS in ../cuda.py)
+#endif
 #ifndef ONE_PASS_MEAN
 #define ONE_PASS_MEAN 0  // the largest magnitude and the sum in one pass (see chunk_amax_sum24; switch in ../cuda.py)
 #endif
@@ -45,8 +48,11 @@ __device__ __forceinline__ float4 load_remote4(const float4* local, unsigned ran
     return v;
 }
 
-// columns of the row in the chunk of the CTA starting at column `base`
+// columns of the row in the chunk of the CTA starting at column `base` (chunk_cols2: PAIR's chunk)
 __device__ __forceinline__ int chunk_cols(int base, int n_cols) { return max(0, min(CHUNK, n_cols - base)); }
+#if PAIR
+__device__ __forceinline__ int chunk_cols2(int base, int n_cols) { return max(0, min(THREADS * NV * VEC, n_cols - base)); }
+#endif
 
 // how many of this thread's accesses (0 .. NV + SNV - 1, in order) lie inside the row: access j covers columns
 // from base + (j * THREADS + tid) * VEC, so it is inside iff j < accesses_inside (one count, not a column per
@@ -158,16 +164,26 @@ __device__ __forceinline__ float4 block_stats(const unsigned (&w)[NV][WORDS], in
     return make_float4(a > 0.0f ? (float)e : (float)NO_EXPONENT, mean, m2, (float)n);
 }
 
-// 3. the row's (mean, rstd) from the cluster's tuples; a cluster of one has its own
-__device__ __forceinline__ float2 row_stats(float4* slot, float4 t, float inv_n, float eps) {
-    float E = t.x, mean = t.y, M2 = t.z;
+// 3. the row's (mean, rstd) from the cluster's tuples; a cluster of one has its own. publish: this CTA's tuples
+//    (one a row it holds) into its slots, then the cluster barrier; merge: one row's from the partners' slots
+template <int N>
+__device__ __forceinline__ void publish(float4 (&slots)[N], const float4 (&t)[N]) {
 #if CLUSTER > 1
     if (threadIdx.x == 0) {
-        *slot = t;
+#pragma unroll
+        for (int i = 0; i < N; ++i) slots[i] = t[i];
         fence_release_own_shared();
     }
     cluster_arrive_relaxed();
     cluster_wait();
+#else
+    (void)slots, (void)t;
+#endif
+}
+
+__device__ __forceinline__ float2 merge(const float4* slot, float4 t, float inv_n, float eps) {
+    float E = t.x, mean = t.y, M2 = t.z;
+#if CLUSTER > 1
 #if CLUSTER <= 8  // every thread reads every slot, three times (a warp's 32 identical reads are one access)
     E = (float)NO_EXPONENT;
 #pragma unroll
@@ -203,6 +219,13 @@ __device__ __forceinline__ float2 row_stats(float4* slot, float4 t, float inv_n,
     return make_float2(mean == 0.0f ? 0.0f : mean * exp2i(k / 2) * exp2i(k - k / 2), rstd);
 }
 
+__device__ __forceinline__ float2 row_stats(float4* slot, float4 t, float inv_n, float eps) {
+    float4 (&slots)[1] = *reinterpret_cast<float4 (*)[1]>(slot);
+    const float4 ts[1] = {t};
+    publish(slots, ts);
+    return merge(slot, t, inv_n, eps);
+}
+
 // 4. y = (x - mean) * rstd * w + b for one word of x, w and b
 __device__ __forceinline__ unsigned affine_word(unsigned xw, unsigned ww, unsigned bw, float2 mr) {
     unsigned o = 0;
@@ -211,6 +234,230 @@ __device__ __forceinline__ unsigned affine_word(unsigned xw, unsigned ww, unsign
         o |= to_bits(fmaf((elem_again(xw, i) - mr.x) * mr.y, elem(ww, i), elem(bw, i))) << (16 * i);
     return o;
 }
+
+#if PAIR
+// --- PAIR (switch PAIR_ROWS in ../cuda.py): two rows a cluster -----------------------------------------------------
+// Rows 2p and 2p + 1 share a cluster, each CTA holding the same CHUNK2 columns of both: the first row's as NV
+// vectors a thread in registers, the second's as NV vectors a thread in shared memory (SNV == NV, the slots load_chunk
+// fills with the second half of one row). So every 16-byte vector of w and b is read once for two rows: at 65536
+// columns the one-row kernel reads w and b from L2 (256 KB a row: more than L1 keeps beside 2 x 64 KB of held
+// rows) for every 128 KB of x read from HBM, twice x's bytes. The two rows' statistics take the same three block
+// reductions (float2: one barrier each for both rows) and one cluster barrier. Row 2p + 1 past the last row: its
+// slots hold zeros, nothing of it is stored. ONE_PASS_MEAN does not apply.
+static_assert(VECTOR && SNV == NV, "PAIR: the 16-byte path, the second row's vectors in shared memory");
+#ifndef PG
+#define PG 1  // accesses whose w and b are loaded before their stores (switch PAIR_GROUP in ../cuda.py)
+#endif
+#define CHUNK2 (THREADS * NV * VEC)
+
+// 1. row r0's part in registers and, when has1, row r0 + 1's in this thread's shared-memory slots (cp.async, in
+//    flight with the register loads): access j covers the 16-byte vector vi + j * THREADS of both rows, vi = base /
+//    VEC + tid (vector indices, not columns: from signed columns the compiler divides again at every access, and
+//    kept those offsets in registers to the store; 56-88 bytes of spills, sm_90)
+__device__ __forceinline__ void load_pair(unsigned (&w)[NV][WORDS], const uint4* xr, const uint4* xs, bool has1,
+                                          int vi, int n_vec) {
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        uint4* dst = held + j * THREADS + threadIdx.x;
+        if (has1 && vi + j * THREADS < n_vec) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xs + vi + j * THREADS) : "memory");
+        } else {
+            *dst = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        uint4 q = make_uint4(0u, 0u, 0u, 0u);
+        if (vi + j * THREADS < n_vec) q = load_vector(xr + vi + j * THREADS);
+        w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
+    }
+}
+
+// the largest magnitude of each row's held words (x: registers, y: shared memory), on the raw bits as chunk_amax
+__device__ __forceinline__ float2 pair_amax(const unsigned (&w)[NV][WORDS]) {
+    unsigned m0 = 0, m1 = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) m0 = max_magnitude(m0, w[j][k]);
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) m1 = max_magnitude(m1, word(q, k));
+    }
+#if EB == 2
+    m0 = max(m0 & 0xffffu, m0 >> 16), m1 = max(m1 & 0xffffu, m1 >> 16);
+#endif
+    return make_float2(from_bits(m0), from_bits(m1));
+}
+
+// each row's sum over this thread's held values inside the row of f0(x) (registers) and f1(x) (shared memory)
+template <typename F0, typename F1>
+__device__ __forceinline__ float2 pair_sum(const unsigned (&w)[NV][WORDS], int inside, F0 f0, F1 f1) {
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        if (j < inside) {
+#pragma unroll
+            for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+                for (int i = 0; i < PER_WORD; ++i) s0 += f0(elem(w[j][k], i));
+        }
+    }
+#pragma unroll 1
+    for (int j = 0; j < NV; ++j) {
+        if (j < inside) {
+            const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+            for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+                for (int i = 0; i < PER_WORD; ++i) s1 += f1(elem(word(q, k), i));
+        }
+    }
+    return make_float2(s0, s1);
+}
+
+// both rows' block reduction, one barrier: warp partials, then lane i of every warp takes warp i's and the warp
+// reduces them (the same tree in every warp; reading all warps' partials in each thread took 32 registers at 512
+// threads, and spilled)
+template <bool MAX>
+__device__ __forceinline__ float2 block_reduce2(float2 v, float2* red) {
+    v = MAX ? make_float2(warp_max(v.x), warp_max(v.y)) : make_float2(warp_sum(v.x), warp_sum(v.y));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    const unsigned lane = threadIdx.x & 31;
+    v = lane < THREADS / 32 ? red[lane] : make_float2(0.0f, 0.0f);  // 0: below every magnitude, nothing to a sum
+    return MAX ? make_float2(warp_max(v.x), warp_max(v.y)) : make_float2(warp_sum(v.x), warp_sum(v.y));
+}
+
+// 2. (e, mean, M2, n) of this CTA's chunk of each row (block_stats' arithmetic, both rows in each reduction)
+__device__ __forceinline__ void pair_stats(float4 (&t)[2], const unsigned (&w)[NV][WORDS], int base, int n_cols,
+                                           float2* red_a, float2* red_s, float2* red_m) {
+    const int n = chunk_cols2(base, n_cols), inside = accesses_inside(base, n_cols);
+    const float2 a = block_reduce2<true>(pair_amax(w), red_a);
+    const int e0 = a.x > 0.0f && a.x <= 3.4028235e38f ? exponent_of(a.x) : 0;
+    const int e1 = a.y > 0.0f && a.y <= 3.4028235e38f ? exponent_of(a.y) : 0;
+    const float p0 = exp2i(-(e0 / 2)), q0 = exp2i(-(e0 - e0 / 2)), p1 = exp2i(-(e1 / 2)), q1 = exp2i(-(e1 - e1 / 2));
+    const float2 sum = block_reduce2<false>(pair_sum(w, inside, [=](float x) { return x * p0 * q0; },
+                                                     [=](float x) { return x * p1 * q1; }), red_s);
+    const float m0 = n > 0 ? __fdividef(sum.x, (float)n) : 0.0f, m1 = n > 0 ? __fdividef(sum.y, (float)n) : 0.0f;
+    const float2 m2 = block_reduce2<false>(pair_sum(w, inside, [=](float x) {
+        const float d = fmaf(x * p0, q0, -m0);
+        return d * d;
+    }, [=](float x) {
+        const float d = fmaf(x * p1, q1, -m1);
+        return d * d;
+    }), red_m);
+    t[0] = make_float4(a.x > 0.0f ? (float)e0 : (float)NO_EXPONENT, m0, m2.x, (float)n);
+    t[1] = make_float4(a.y > 0.0f ? (float)e1 : (float)NO_EXPONENT, m1, m2.y, (float)n);
+}
+
+// 3. both rows' (mean, rstd) from the cluster's slots: half-warp r merges row r's, lane c reading CTA c's slot
+//    (every CTA in the same order, so all get the same bits); merge's unrolled loads of every slot, twice, spilled
+//    up to 260 bytes at clusters of 8
+__device__ __forceinline__ float half_max(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float half_sum(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ void merge_pair(float2& mr0, float2& mr1, float4 (&slots)[2], const float4 (&t)[2],
+                                           float inv_n, float eps) {
+#if CLUSTER > 1
+    static_assert(CLUSTER <= 16, "a half-warp a row");
+    const unsigned lane = threadIdx.x & 31, c = lane & 15;
+    const float4 p = c < CLUSTER ? load_remote4(&slots[lane >> 4], c)
+                                 : make_float4((float)NO_EXPONENT, 0.0f, 0.0f, 0.0f);
+    const float E = half_max(p.x), f = exp2i((int)p.x - (int)E);
+    const float mean = half_sum(p.w * p.y * f) * inv_n, d = p.y * f - mean;
+    const float M2 = half_sum(p.z * f * f + p.w * d * d);
+    const int k = (int)E;
+    const float rstd = rstd_scaled(k, M2 * inv_n, eps);
+    const float m = mean == 0.0f ? 0.0f : mean * exp2i(k / 2) * exp2i(k - k / 2);
+    mr0 = make_float2(__shfl_sync(0xffffffffu, m, 0), __shfl_sync(0xffffffffu, rstd, 0));
+    mr1 = make_float2(__shfl_sync(0xffffffffu, m, 16), __shfl_sync(0xffffffffu, rstd, 16));
+#else
+    mr0 = merge(&slots[0], t[0], inv_n, eps), mr1 = merge(&slots[1], t[1], inv_n, eps);
+#endif
+}
+
+__device__ __forceinline__ uint4 affine4(uint4 q, const uint4 (&p)[2], float2 mr) {
+    return make_uint4(affine_word(q.x, p[0].x, p[1].x, mr), affine_word(q.y, p[0].y, p[1].y, mr),
+                      affine_word(q.z, p[0].z, p[1].z, mr), affine_word(q.w, p[0].w, p[1].w, mr));
+}
+
+extern "C" __global__ void
+#if CLUSTER <= 8
+__cluster_dims__(CLUSTER, 1, 1)
+#endif
+__launch_bounds__(THREADS, MIN_BLOCKS)
+layer_norm_cluster_pair(const void* __restrict__ x_, const void* __restrict__ w_, const void* __restrict__ b_,
+                        void* __restrict__ y_, float* __restrict__ mean_, float* __restrict__ rstd_, int n_rows,
+                        int n_cols, int x_stride, int y_stride, float eps, float inv_n) {
+    __shared__ float2 red_a[THREADS / 32], red_s[THREADS / 32], red_m[THREADS / 32];
+    __shared__ float4 part[2];  // this CTA's (e, mean, M2, n) of each row, read by the whole cluster
+    const int tid = threadIdx.x;
+    const int base = (int)cluster_rank() * CHUNK2, vi = base / VEC + tid, n_vec = n_cols / VEC;
+    const long long r0 = 2 * (long long)(blockIdx.x / CLUSTER);
+    const bool has1 = r0 + 1 < n_rows;
+    const uint4* const xr = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(x_) +
+                                                           (size_t)r0 * x_stride * EB);
+    unsigned w[NV][WORDS];
+    load_pair(w, xr, xr + x_stride / VEC, has1, vi, n_vec);  // 1. (row strides: multiples of VEC on this path)
+    float4 t[2];
+    pair_stats(t, w, base, n_cols, red_a, red_s, red_m);  // 2.
+    publish(part, t);  // 3.
+    float2 mr0, mr1;
+    merge_pair(mr0, mr1, part, t, inv_n, eps);
+#if SAVE_STATS
+    if (base == 0 && tid == 0) {
+        mean_[r0] = mr0.x, rstd_[r0] = mr0.y;
+        if (has1) mean_[r0 + 1] = mr1.x, rstd_[r0 + 1] = mr1.y;
+    }
+#else
+    (void)mean_, (void)rstd_;
+#endif
+#if CLUSTER > 1
+    cluster_arrive_release();  // done with the partners' shared memory
+#endif
+    // 4. store both rows, each access's w and b loaded once (PG accesses' in flight together: 2 spilled 16-36 bytes)
+    constexpr int G = PG;
+    const uint4* const wv = static_cast<const uint4*>(w_) + vi;
+    const uint4* const bv = static_cast<const uint4*>(b_) + vi;
+    uint4* const yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)r0 * y_stride * EB) + vi;
+    uint4* const ys = yr + y_stride / VEC;  // written only when has1
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int g = 0; g < NV; g += G) {
+        uint4 q[G][2];
+#pragma unroll
+        for (int j = g; j < g + G && j < NV; ++j) {
+            const bool in = vi + j * THREADS < n_vec;
+            q[j - g][0] = in ? __ldg(wv + j * THREADS) : zero;
+            q[j - g][1] = in ? __ldg(bv + j * THREADS) : zero;
+        }
+#pragma unroll
+        for (int j = g; j < g + G && j < NV; ++j) {
+            if (vi + j * THREADS < n_vec) {
+                store_vector(yr + j * THREADS, affine4(make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]), q[j - g], mr0));
+                if (has1) store_vector(ys + j * THREADS, affine4(held[j * THREADS + tid], q[j - g], mr1));
+            }
+        }
+    }
+#if CLUSTER > 1
+    cluster_wait();  // partners may still be reading `part`
+#endif
+}
+
+#else  // one row a cluster
 
 extern "C" __global__ void
 #if CLUSTER <= 8
@@ -268,3 +515,4 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
     cluster_wait();  // partners may still be reading `part`
 #endif
 }
+#endif  // PAIR
