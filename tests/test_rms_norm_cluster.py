@@ -198,3 +198,74 @@ def test_store_switches_compile_for_both_norm_rungs(monkeypatch, switch):
         rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
         assert rep.registers <= 64 and rep.stack_bytes <= 64, (art["kernel"], rep.stack_bytes)
         assert not any(op.startswith("CALL") for op in rep.mix.opcodes)
+
+
+# --- the PAIR_ROWS switch (session 19, not yet run on a GPU): two rows a cluster, w read once for both ----------
+@pytest.mark.parametrize("n", [40000, 65536, 131072, 262144])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_pair_compiles_for_sm90_without_spills(n, dtype):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    for offset, save in ((False, False), (True, True)):
+        art = rc.pair_artifact(n, dtype, offset=offset, save_stats=save)
+        cfg = art["config"]
+        assert (cfg.nv, cfg.snv, cfg.threads) == (8, 8, 512) and cfg.cluster == {40000: 2, 65536: 2}.get(n, n // 32768)
+        rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
+        assert rep.registers <= 64 and rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, rep.stack_bytes
+        assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 2
+        assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
+    assert rc.pair_artifact(32768, torch.bfloat16) is None and rc.pair_artifact(65536, torch.float32) is None
+
+
+def test_pair_launch_plumbing():
+    """With the switch's ``pair``, rms_norm's launch takes the pair kernel over (rows + 1) // 2 clusters, the row
+    count before the width (CPU: a stand-in kernel records the launch)."""
+    from kernelwright.ops import _cluster_norm as cn
+
+    calls = []
+
+    class Recorder:
+        def __init__(self, cfg, pair):
+            self.cfg, self.pair = cfg, pair
+
+        def launch(self, grid, block, args, shared_mem, cluster):
+            calls.append((self.cfg, self.pair, grid, block, args, shared_mem, cluster))
+
+    x, w = torch.randn(3, 262144).to(torch.bfloat16), torch.randn(262144).to(torch.bfloat16)
+    y = torch.empty_like(x)
+    cn.launch(lambda cfg, pair=False: Recorder(cfg, pair), x, y, (w,), (y,), 1e-6, pair=True)
+    ((cfg, pair, grid, block, args, smem, cluster),) = calls
+    assert pair and (cfg.cluster, cfg.threads) == (8, 512) and grid == (2 * 8,) and block == (512,)
+    assert args[4:] == (3, 262144, 262144, 262144, 1e-6, 1.0 / 262144) and smem == 8 * 512 * 16 and cluster == 0
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_pair_matches_float64(monkeypatch, dtype):
+    monkeypatch.setattr(rc, "PAIR_ROWS", True)
+    for n in (32776, 40000, 65536, 131072, 262144):
+        for rows in (1, 2, 5):  # a lone row, one pair, a pair short of its second row
+            x = torch.randn(rows, n, device="cuda").mul_(3).to(dtype)
+            w = torch.randn(n, device="cuda").to(dtype)
+            _check(x, w)
+            _check(x, w, eps=1e-2, offset=True)
+    n = 262144
+    x = torch.randn(8, n, device="cuda")
+    x[0] = 0                       # zeros (first of a pair) beside a normal row
+    x[3, : n // 2] = 0             # a CTA of zeros among partners (second of a pair)
+    if dtype == torch.bfloat16:  # outside FAST's range [2^-40, 2^40]: summed again in the chunk's own scale
+        x[4] *= 1e30               # both rows of a pair outside it, one above and one below
+        x[5] *= 1e-30
+        x[6, 7] = 3e38             # one huge value: its chunk above the range, the others inside
+        x[7, n // 2:] *= 2.0**-60  # half of a row below the range where a chunk holds only it
+    else:  # fp16's largest and smallest values
+        x[4] *= 1e4
+        x[5] *= 1e-6
+    x = x.to(dtype)
+    w = torch.randn(n, device="cuda").to(dtype)
+    _check(x, w)
+    _check(x[1:7], w, eps=0.0)     # no eps: the scale must come from the values alone
+    _check(torch.randn(3, 2, 65536, device="cuda").to(dtype), w[:65536])  # leading dims: 6 rows
+    _check(torch.randn(4, 65536 + 8, device="cuda").to(dtype)[:, :65536], w[:65536])  # a row stride past the width

@@ -43,8 +43,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh fwdsweep2    # the norm forwards with Liger, Inductor's code
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh looped       # chunked as a looped reduction; Inductor's configs
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmsfast      # rms cluster FAST_STATS: tests, off / on
-#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnpair       # layer norm PAIR_ROWS: tests, the L2 probe, off /
-#                                                                # on, ncu's memory tables (session 19, not run)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normpair     # the norm rungs' PAIR_ROWS: tests, the L2 probe,
+#                                                                # off / on, ncu (session 19, not yet run)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -358,20 +358,22 @@ case "${1:-fwd}" in
     done
     grep -E "│ rms_norm|^   \(" "$LOG" | cut -c1-90
     ;;
-  lnpair)
-    # session 19, not yet run (no GPU was lent that session): is layer norm's wide forward bound by L2, w and b read
-    # again for every row (65536 columns: 256 KB of them a row against 128 KB of x)? GPU tests of the PAIR_ROWS kernel
-    # (two rows a cluster, w and b read once for both) and the rung's other GPU tests; norm_l2_probe.py (L2's read
-    # bandwidth; the cluster rung with b = w; rms and softmax at the same shapes); PAIR_ROWS off / on twice, each in
-    # its own process, with split alongside; then Nsight Compute's memory tables for one launch off and on (whether
-    # ncu reads counters on this machine: the step says). About 5 minutes with the start.
-    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py
-    grep -E "passed|failed" "$LOG" | tail -1
+  normpair)
+    # session 19, not yet run (no GPU was lent that session): are the norm cluster rungs' wide forwards bound by L2,
+    # w (and b) read again for every row (layer norm at 65536 columns: 256 KB of them a row against 128 KB of x)?
+    # GPU tests of both PAIR_ROWS kernels (two rows a cluster, w and b read once for both) with the rungs' other GPU
+    # tests; norm_l2_probe.py (L2's read bandwidth; the layer norm rung with b = w; rms and softmax at the same
+    # shapes); PAIR_ROWS off / on twice for both families, each in its own process, split alongside; then Nsight
+    # Compute's memory tables for one layer norm launch off and on (whether ncu reads counters on this machine: the
+    # step says). About 6 minutes with the start.
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py
+    grep -E "passed|failed" "$LOG" | tail -2
     step 90 python3 benchmarks/experiments/norm_l2_probe.py
     for p in False True False True; do
-      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.layer_norm.cuda.PAIR_ROWS=$p -- \
-        bench layer_norm --dtypes bf16 --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers \
-        --max-seconds 0.3
+      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.layer_norm.cuda.PAIR_ROWS=$p \
+        kernelwright.ops.rms_norm.cuda.PAIR_ROWS=$p -- bench layer_norm rms_norm --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
       echo "   (PAIR_ROWS=$p)" | tee -a "$LOG"
     done
     NCU="ncu --clock-control none --target-processes all --kernel-name regex:layer_norm_cluster --launch-skip 8
@@ -387,7 +389,7 @@ case "${1:-fwd}" in
         "/tmp/ncu_ln_$p.csv" | awk -F'","' '{print $(NF-2) " | " $NF}' | head -20 | tee -a "$LOG"
     done
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ln_*.csv) 2>/dev/null
-    grep -E "│ layer_norm|^   \(|TB/s" "$LOG" | cut -c1-100
+    grep -E "│ (layer|rms)_norm|^   \(|TB/s" "$LOG" | cut -c1-100
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails

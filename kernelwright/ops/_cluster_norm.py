@@ -109,6 +109,17 @@ def artifact(kernel_for, name: str, n_cols: int, dtype: torch.dtype, vector: boo
             "dynamic_smem": sc.smem_bytes(cfg), "grid": (rows * cfg.cluster, 1, 1), "config": cfg}
 
 
+def pair_artifact(kernel_for, name: str, n_cols: int, dtype: torch.dtype, rows: int = 2) -> dict | None:
+    """What :func:`launch` with ``pair`` would run for 16-byte-aligned rows of ``n_cols`` (compiled for sm_90; None
+    where :func:`pair_config` has no shape)."""
+    elt = dtype.itemsize
+    cfg = pair_config(sc.cluster_config(n_cols, elt, True), n_cols, elt)
+    if cfg is None:
+        return None
+    return {"kernel": name, "cubin": kernel_for(cfg).cubin, "threads_per_block": cfg.threads,
+            "dynamic_smem": sc.smem_bytes(cfg), "grid": ((rows + 1) // 2 * cfg.cluster, 1, 1), "config": cfg}
+
+
 def inspect_artifacts(artifact_fn, source: Path, size: tuple[int, ...], dtype: torch.dtype) -> list:
     """``kw inspect FAMILY --variant cluster``: the kernel the launcher would run for ``size``."""
     from kernelwright.harness.inspect import Artifact

@@ -226,6 +226,33 @@ __device__ __forceinline__ void load_chunk(unsigned (&w)[NV][WORDS], const void*
 #endif
 }
 
+#if SNV
+// PAIR kernels (two rows a cluster), 1.: row r0's part in registers and, when has1, row r0 + 1's in this thread's
+// shared-memory slots (cp.async, in flight with the register loads); access j covers the 16-byte vector
+// vi + j * THREADS of both rows, vi = base / VEC + tid (vector indices, not columns: from signed columns the compiler
+// divides again at every access, and kept those offsets in registers to the store; 56-88 bytes of spills, sm_90)
+__device__ __forceinline__ void load_pair(unsigned (&w)[NV][WORDS], const uint4* xr, const uint4* xs, bool has1,
+                                          int vi, int n_vec) {
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        uint4* dst = held + j * THREADS + threadIdx.x;
+        if (has1 && vi + j * THREADS < n_vec) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xs + vi + j * THREADS) : "memory");
+        } else {
+            *dst = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        uint4 q = make_uint4(0u, 0u, 0u, 0u);
+        if (vi + j * THREADS < n_vec) q = load_vector(xr + vi + j * THREADS);
+        w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
+    }
+}
+#endif
+
 // --- statistics of the held chunk ----------------------------------------------------------------------------
 // the largest |x| of this thread's words (registers, then shared memory once its copies have landed), found on the
 // raw bits: a magnitude's bits order as its value (NaN above Inf), so two 16-bit magnitudes a word take one packed
@@ -293,6 +320,42 @@ __device__ __forceinline__ float2 block_reduce_max_sum(float2 v, float* red_a, f
     v = make_float2(red_a[0], red_s[0]);
 #pragma unroll
     for (int i = 1; i < THREADS / 32; ++i) v.x = fmaxf(v.x, red_a[i]), v.y += red_s[i];
+    return v;
+}
+
+// --- two rows a cluster (the norms' PAIR kernels): both rows' reductions at once ----------------------------------
+// both rows' (or any two values') block reduction, one barrier: warp partials, then lane i of every warp takes warp
+// i's and the warp reduces them (the same tree in every warp; reading all warps' partials in each thread took 32
+// registers at 512 threads, and spilled)
+template <bool MAX>
+__device__ __forceinline__ float2 block_reduce2(float2 v, float2* red) {
+    v = MAX ? make_float2(warp_max(v.x), warp_max(v.y)) : make_float2(warp_sum(v.x), warp_sum(v.y));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    const unsigned lane = threadIdx.x & 31;
+    v = lane < THREADS / 32 ? red[lane] : make_float2(0.0f, 0.0f);  // 0: below every magnitude, nothing to a sum
+    return MAX ? make_float2(warp_max(v.x), warp_max(v.y)) : make_float2(warp_sum(v.x), warp_sum(v.y));
+}
+
+// two rows' largest magnitudes (x, y) and sums (z, w) in one barrier, as block_reduce2
+__device__ __forceinline__ float4 block_reduce_max2_sum2(float4 v, float4* red) {
+    v = make_float4(warp_max(v.x), warp_max(v.y), warp_sum(v.z), warp_sum(v.w));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    const unsigned lane = threadIdx.x & 31;
+    v = lane < THREADS / 32 ? red[lane] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    return make_float4(warp_max(v.x), warp_max(v.y), warp_sum(v.z), warp_sum(v.w));
+}
+
+// a half-warp's reduction (lanes 0-15 and 16-31 apart)
+__device__ __forceinline__ float half_max(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float half_sum(float v) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 

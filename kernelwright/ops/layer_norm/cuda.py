@@ -29,7 +29,7 @@ vectors, past 32768 columns): each CTA holds the same columns of both rows, the 
 in shared memory, so w and b are read from L2 once for two rows (``cuda/cluster.cu`` PAIR; shapes:
 :func:`kernelwright.ops._cluster_norm.pair_config`). Reading behind it (session 19, not measured): at 65536 columns
 the one-row kernel reads 256 KB of w and b from L2 for every 128 KB of x, and L2's bandwidth, not HBM's, may be what
-holds it at 3.1 TB/s where rms_norm (w only) runs 3.99. Not yet run on a GPU (``ops.sh lnpair``)."""
+holds it at 3.1 TB/s where rms_norm (w only) runs 3.99. Not yet run on a GPU (``ops.sh normpair``)."""
 
 
 PAIR_GROUP = 1
@@ -65,12 +65,8 @@ def artifact(n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1
 
 def pair_artifact(n_cols: int, dtype: torch.dtype, rows: int = 2, save_stats: bool = False) -> dict | None:
     """The PAIR_ROWS kernel for rows of ``n_cols`` (16-byte path; None where it does not apply)."""
-    cfg = cn.pair_config(sc.cluster_config(n_cols, dtype.itemsize, True), n_cols, dtype.itemsize)
-    if cfg is None:
-        return None
-    return {"kernel": "layer_norm_cluster_pair", "cubin": _kernel(cfg, dtype, save_stats, True).cubin,
-            "threads_per_block": cfg.threads, "dynamic_smem": sc.smem_bytes(cfg),
-            "grid": ((rows + 1) // 2 * cfg.cluster, 1, 1), "config": cfg}
+    return cn.pair_artifact(lambda cfg: _kernel(cfg, dtype, save_stats, True), "layer_norm_cluster_pair", n_cols,
+                            dtype, rows)
 
 
 def inspect_artifacts(size: tuple[int, ...], dtype: torch.dtype) -> list:

@@ -30,9 +30,21 @@ twice, each in its own process): 16384 x 8192 4.01 / 4.01 -> 4.02 / 4.02, 16384 
 90 passed. On since then; False restores the scaled pass."""
 
 
-def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats: bool):
+PAIR_ROWS = False
+"""Experiment switch: two rows a cluster for the wide 16-bit rows (past 32768 columns), w read from L2 once for
+both (``cuda/cluster.cu`` PAIR; the layer_norm rung's :data:`kernelwright.ops.layer_norm.cuda.PAIR_ROWS`, with w
+alone; its statistics are always FAST's one pass with the range's fallback). Not yet run on a GPU (session 19;
+``ops.sh normpair``)."""
+PAIR_GROUP = 2
+"""PAIR_ROWS's accesses whose w vectors are loaded before their stores (each feeding two rows' stores); 4 spills
+16-24 bytes a thread at 64 registers (sm_90)."""
+
+
+def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats: bool, pair: bool = False):
     extra = (f"OFFSET={int(offset)}", f"SAVE_STATS={int(save_stats)}", f"FAST={int(FAST_STATS)}")
-    return cn.compiled(SOURCE, "rms_norm_cluster", cn.options(cfg, dtype, extra))
+    if pair:
+        extra += ("PAIR=1", f"PG={PAIR_GROUP}")
+    return cn.compiled(SOURCE, "rms_norm_cluster_pair" if pair else "rms_norm_cluster", cn.options(cfg, dtype, extra))
 
 
 def rms_norm_cluster(x, weight, eps=1e-6, offset=False, *, out, stats=None):
@@ -42,9 +54,16 @@ def rms_norm_cluster(x, weight, eps=1e-6, offset=False, *, out, stats=None):
     if out.numel():
         x2, y2, w = rows2d(x), out.view(-1, n), weight.contiguous()
         save = stats is not None
-        cn.launch(lambda cfg: _kernel(cfg, x.dtype, bool(offset), save), x2, y2, (w,),
-                  (stats[0] if save else y2,), eps)
+        cn.launch(lambda cfg, pair=False: _kernel(cfg, x.dtype, bool(offset), save, pair), x2, y2, (w,),
+                  (stats[0] if save else y2,), eps, pair=PAIR_ROWS)
     return out
+
+
+def pair_artifact(n_cols: int, dtype: torch.dtype, rows: int = 2, offset: bool = False,
+                  save_stats: bool = False) -> dict | None:
+    """The PAIR_ROWS kernel for rows of ``n_cols`` (16-byte path; None where it does not apply)."""
+    return cn.pair_artifact(lambda cfg: _kernel(cfg, dtype, offset, save_stats, True), "rms_norm_cluster_pair",
+                            n_cols, dtype, rows)
 
 
 def artifact(n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1, offset: bool = False,

@@ -51,7 +51,9 @@ __device__ __forceinline__ float4 load_remote4(const float4* local, unsigned ran
 // columns of the row in the chunk of the CTA starting at column `base` (chunk_cols2: PAIR's chunk)
 __device__ __forceinline__ int chunk_cols(int base, int n_cols) { return max(0, min(CHUNK, n_cols - base)); }
 #if PAIR
-__device__ __forceinline__ int chunk_cols2(int base, int n_cols) { return max(0, min(THREADS * NV * VEC, n_cols - base)); }
+__device__ __forceinline__ int chunk_cols2(int base, int n_cols) {
+    return max(0, min(THREADS * NV * VEC, n_cols - base));
+}
 #endif
 
 // how many of this thread's accesses (0 .. NV + SNV - 1, in order) lie inside the row: access j covers columns
@@ -250,31 +252,6 @@ static_assert(VECTOR && SNV == NV, "PAIR: the 16-byte path, the second row's vec
 #endif
 #define CHUNK2 (THREADS * NV * VEC)
 
-// 1. row r0's part in registers and, when has1, row r0 + 1's in this thread's shared-memory slots (cp.async, in
-//    flight with the register loads): access j covers the 16-byte vector vi + j * THREADS of both rows, vi = base /
-//    VEC + tid (vector indices, not columns: from signed columns the compiler divides again at every access, and
-//    kept those offsets in registers to the store; 56-88 bytes of spills, sm_90)
-__device__ __forceinline__ void load_pair(unsigned (&w)[NV][WORDS], const uint4* xr, const uint4* xs, bool has1,
-                                          int vi, int n_vec) {
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        uint4* dst = held + j * THREADS + threadIdx.x;
-        if (has1 && vi + j * THREADS < n_vec) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xs + vi + j * THREADS) : "memory");
-        } else {
-            *dst = make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-        uint4 q = make_uint4(0u, 0u, 0u, 0u);
-        if (vi + j * THREADS < n_vec) q = load_vector(xr + vi + j * THREADS);
-        w[j][0] = q.x, w[j][1] = q.y, w[j][2] = q.z, w[j][3] = q.w;
-    }
-}
-
 // the largest magnitude of each row's held words (x: registers, y: shared memory), on the raw bits as chunk_amax
 __device__ __forceinline__ float2 pair_amax(const unsigned (&w)[NV][WORDS]) {
     unsigned m0 = 0, m1 = 0;
@@ -321,19 +298,6 @@ __device__ __forceinline__ float2 pair_sum(const unsigned (&w)[NV][WORDS], int i
     return make_float2(s0, s1);
 }
 
-// both rows' block reduction, one barrier: warp partials, then lane i of every warp takes warp i's and the warp
-// reduces them (the same tree in every warp; reading all warps' partials in each thread took 32 registers at 512
-// threads, and spilled)
-template <bool MAX>
-__device__ __forceinline__ float2 block_reduce2(float2 v, float2* red) {
-    v = MAX ? make_float2(warp_max(v.x), warp_max(v.y)) : make_float2(warp_sum(v.x), warp_sum(v.y));
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    const unsigned lane = threadIdx.x & 31;
-    v = lane < THREADS / 32 ? red[lane] : make_float2(0.0f, 0.0f);  // 0: below every magnitude, nothing to a sum
-    return MAX ? make_float2(warp_max(v.x), warp_max(v.y)) : make_float2(warp_sum(v.x), warp_sum(v.y));
-}
-
 // 2. (e, mean, M2, n) of this CTA's chunk of each row (block_stats' arithmetic, both rows in each reduction)
 __device__ __forceinline__ void pair_stats(float4 (&t)[2], const unsigned (&w)[NV][WORDS], int base, int n_cols,
                                            float2* red_a, float2* red_s, float2* red_m) {
@@ -359,16 +323,6 @@ __device__ __forceinline__ void pair_stats(float4 (&t)[2], const unsigned (&w)[N
 // 3. both rows' (mean, rstd) from the cluster's slots: half-warp r merges row r's, lane c reading CTA c's slot
 //    (every CTA in the same order, so all get the same bits); merge's unrolled loads of every slot, twice, spilled
 //    up to 260 bytes at clusters of 8
-__device__ __forceinline__ float half_max(float v) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-__device__ __forceinline__ float half_sum(float v) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 __device__ __forceinline__ void merge_pair(float2& mr0, float2& mr1, float4 (&slots)[2], const float4 (&t)[2],
                                            float inv_n, float eps) {
 #if CLUSTER > 1

@@ -37,6 +37,9 @@
 #ifndef SAVE_STATS
 #define SAVE_STATS 0
 #endif
+#ifndef PAIR
+#define PAIR 0  // two rows a cluster (rms_norm_cluster_pair; switch PAIR_ROWS in ../cuda.py)
+#endif
 #ifndef FAST
 #define FAST 0  // step 2 in one pass where the chunk's range allows (see block_stats; ../cuda.py turns it on)
 #endif
@@ -218,6 +221,175 @@ __device__ __forceinline__ unsigned scale_word(unsigned xw, unsigned ww, float r
     return o;
 }
 
+#if PAIR
+// --- PAIR (switch PAIR_ROWS in ../cuda.py): two rows a cluster -----------------------------------------------------
+// Rows 2p and 2p + 1 share a cluster, each CTA holding the same CHUNK2 columns of both (the first row's NV vectors a
+// thread in registers, the second's NV in shared memory: rows.cuh load_pair), so every 16-byte vector of w is read
+// from L2 once for two rows (the layer_norm rung's PAIR, with w alone). Step 2 is FAST's one pass for both rows (one
+// block reduction of both rows' largest magnitudes and sums of squares, one barrier); a row whose chunk lies outside
+// [2^-40, 2^40] sums again in its own scale from x in L2 (one more block reduction, taken by the whole CTA or none:
+// the range is the CTA's).
+static_assert(VECTOR && SNV == NV, "PAIR: the 16-byte path, the second row's vectors in shared memory");
+#ifndef PG
+#define PG 2  // accesses whose w vectors are loaded before their stores (switch PAIR_GROUP in ../cuda.py)
+#endif
+#define CHUNK2 (THREADS * NV * VEC)
+
+// one row's sum of (x 2^-e)^2 over this thread's accesses, from global memory (the range's fallback)
+__device__ __forceinline__ float pair_squares_again(const uint4* xr, int vi, int n_vec, float s1, float s2) {
+    float s = 0.0f;
+#pragma unroll 1
+    for (int j = 0; j < NV; ++j) {
+        if (vi + j * THREADS >= n_vec) break;
+        const uint4 q = __ldg(xr + vi + j * THREADS);
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k)
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(word(q, k), i) * s1 * s2;
+                s = fmaf(v, v, s);
+            }
+    }
+    return s;
+}
+
+// 2. both rows' (e, sum of (x 2^-e)^2) of this CTA's chunk
+__device__ __forceinline__ void pair_stats(float2 (&es)[2], const unsigned (&w)[NV][WORDS], const uint4* xr,
+                                           const uint4* xs, int vi, int n_vec, float4* red_aq, float* red_t0,
+                                           float* red_t1) {
+    unsigned m0 = 0, m1 = 0;
+    float q0 = 0.0f, q1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m0 = max_magnitude(m0, w[j][k]);
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(w[j][k], i);
+                q0 = fmaf(v, v, q0);
+            }
+        }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll 1
+    for (int j = 0; j < NV; ++j) {
+        const uint4 h = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m1 = max_magnitude(m1, word(h, k));
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) {
+                const float v = elem(word(h, k), i);
+                q1 = fmaf(v, v, q1);
+            }
+        }
+    }
+    m0 = max(m0 & 0xffffu, m0 >> 16), m1 = max(m1 & 0xffffu, m1 >> 16);
+    const float4 aq = block_reduce_max2_sum2(make_float4(from_bits(m0), from_bits(m1), q0, q1), red_aq);
+    const float av[2] = {aq.x, aq.y}, qv[2] = {aq.z, aq.w};
+    float* const red_t[2] = {red_t0, red_t1};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int e = av[r] > 0.0f && av[r] <= 3.4028235e38f ? exponent_of(av[r]) : 0;
+        float s;
+        if (av[r] >= 0x1p-40f && av[r] <= 0x1p40f) {
+            s = qv[r] * exp2i(-2 * e);
+        } else {  // the CTA's range, so every thread of it takes this branch or none
+            s = block_reduce_sum(pair_squares_again(r == 0 ? xr : xs, vi, n_vec, exp2i(-(e / 2)),
+                                                    exp2i(-(e - e / 2))), red_t[r]);
+        }
+        es[r] = make_float2(av[r] > 0.0f ? (float)e : (float)NO_EXPONENT, s);
+    }
+}
+
+// 3. both rows' rstd: half-warp r merges row r's (e, s), lane c reading CTA c's slot (every CTA in the same order)
+__device__ __forceinline__ void rstd_pair(float& rs0, float& rs1, float2 (&slots)[2], const float2 (&es)[2],
+                                          float inv_n, float eps) {
+#if CLUSTER > 1
+    static_assert(CLUSTER <= 16, "a half-warp a row");
+    if (threadIdx.x == 0) {
+        slots[0] = es[0], slots[1] = es[1];
+        fence_release_own_shared();
+    }
+    cluster_arrive_relaxed();
+    cluster_wait();
+    const unsigned lane = threadIdx.x & 31, c = lane & 15;
+    const float2 p = c < CLUSTER ? load_remote(&slots[lane >> 4], c) : make_float2((float)NO_EXPONENT, 0.0f);
+    const float E = half_max(p.x);
+    const float S = half_sum(p.y * exp2i(2 * ((int)p.x - (int)E)));
+    const float rstd = rstd_scaled((int)E, S * inv_n, eps);
+    rs0 = __shfl_sync(0xffffffffu, rstd, 0), rs1 = __shfl_sync(0xffffffffu, rstd, 16);
+#else
+    (void)slots;
+    rs0 = rstd_scaled((int)es[0].x, es[0].y * inv_n, eps), rs1 = rstd_scaled((int)es[1].x, es[1].y * inv_n, eps);
+#endif
+}
+
+__device__ __forceinline__ uint4 scale4(uint4 q, uint4 wq, float rstd) {
+    return make_uint4(scale_word(q.x, wq.x, rstd), scale_word(q.y, wq.y, rstd), scale_word(q.z, wq.z, rstd),
+                      scale_word(q.w, wq.w, rstd));
+}
+
+extern "C" __global__ void
+#if CLUSTER <= 8
+__cluster_dims__(CLUSTER, 1, 1)
+#endif
+__launch_bounds__(THREADS, MIN_BLOCKS)
+rms_norm_cluster_pair(const void* __restrict__ x_, const void* __restrict__ w_, void* __restrict__ y_,
+                      float* __restrict__ rstd_, int n_rows, int n_cols, int x_stride, int y_stride, float eps,
+                      float inv_n) {
+    __shared__ float4 red_aq[NWARPS];
+    __shared__ float red_t0[NWARPS], red_t1[NWARPS];
+    __shared__ float2 part[2];  // this CTA's (e, s) of each row, read by the whole cluster
+    const int tid = threadIdx.x;
+    const int base = (int)cluster_rank() * CHUNK2, vi = base / VEC + tid, n_vec = n_cols / VEC;
+    const long long r0 = 2 * (long long)(blockIdx.x / CLUSTER);
+    const bool has1 = r0 + 1 < n_rows;
+    const uint4* const xr = reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(x_) +
+                                                           (size_t)r0 * x_stride * EB);
+    const uint4* const xs = xr + x_stride / VEC;  // read only when has1 (row strides: multiples of VEC here)
+    unsigned w[NV][WORDS];
+    load_pair(w, xr, xs, has1, vi, n_vec);  // 1. (rows.cuh)
+    float2 es[2];
+    pair_stats(es, w, xr, xs, vi, n_vec, red_aq, red_t0, red_t1);  // 2.
+    float rs0, rs1;
+    rstd_pair(rs0, rs1, part, es, inv_n, eps);  // 3.
+#if SAVE_STATS
+    if (base == 0 && tid == 0) {
+        rstd_[r0] = rs0;
+        if (has1) rstd_[r0 + 1] = rs1;
+    }
+#else
+    (void)rstd_;
+#endif
+#if CLUSTER > 1
+    cluster_arrive_release();  // done with the partners' shared memory
+#endif
+    // 4. store both rows, each access's w loaded once (PG accesses' in flight together)
+    const uint4* const wv = static_cast<const uint4*>(w_) + vi;
+    uint4* const yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)r0 * y_stride * EB) + vi;
+    uint4* const ys = yr + y_stride / VEC;  // written only when has1
+#pragma unroll
+    for (int g = 0; g < NV; g += PG) {
+        uint4 q[PG];
+#pragma unroll
+        for (int j = g; j < g + PG && j < NV; ++j)
+            q[j - g] = vi + j * THREADS < n_vec ? __ldg(wv + j * THREADS) : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int j = g; j < g + PG && j < NV; ++j) {
+            if (vi + j * THREADS < n_vec) {
+                store_vector(yr + j * THREADS, scale4(make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]), q[j - g], rs0));
+                if (has1) store_vector(ys + j * THREADS, scale4(held[j * THREADS + tid], q[j - g], rs1));
+            }
+        }
+    }
+#if CLUSTER > 1
+    cluster_wait();  // partners may still be reading `part`
+#endif
+}
+
+#else  // one row a cluster
+
 extern "C" __global__ void
 #if CLUSTER <= 8
 __cluster_dims__(CLUSTER, 1, 1)
@@ -271,3 +443,4 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
     cluster_wait();  // partners may still be reading `part`
 #endif
 }
+#endif  // PAIR
