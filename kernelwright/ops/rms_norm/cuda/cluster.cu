@@ -294,6 +294,8 @@ __device__ __forceinline__ void pair_stats(float2 (&es)[2], const unsigned (&w)[
         float s;
         if (av[r] >= 0x1p-40f && av[r] <= 0x1p40f) {
             s = qv[r] * exp2i(-2 * e);
+        } else if (av[r] == 0.0f) {  // zeros (and the absent second row of an odd last pair: never read)
+            s = 0.0f;
         } else {  // the CTA's range, so every thread of it takes this branch or none
             s = block_reduce_sum(pair_squares_again(r == 0 ? xr : xs, vi, n_vec, exp2i(-(e / 2)),
                                                     exp2i(-(e - e / 2))), red_t[r]);
