@@ -362,6 +362,56 @@ def test_fused_fast_statistics_match_the_scaled_ones(kind, cols, monkeypatch):
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
+@pytest.mark.parametrize("cols", [250, 1000])  # 8 rows a program (plain and scaled mixed), or 2
+@pytest.mark.parametrize("kind", ["rms", "add_rms"])
+def test_fused_sum_first_matches_the_scaled_statistics(kind, cols, monkeypatch):
+    """FUSED_SUM_FIRST (an experiment switch, torch.compile's single unscaled sum): rows whose sum of squares is
+    finite and at least 2^-60 match the scaled path up to rounding; the others (tiny, huge, zero, Inf) take the
+    scaled path's bits; every finite row against float64, the saved rstd too. Layer norm is left alone."""
+    _sum_first_check(kind, cols, monkeypatch, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [1000, 8192])
+@pytest.mark.parametrize("kind", ["rms", "add_rms"])
+def test_fused_sum_first_on_gpu(kind, cols, monkeypatch):
+    _sum_first_check(kind, cols, monkeypatch, "cuda")
+
+
+def _sum_first_check(kind, cols, monkeypatch, device):
+    from kernelwright.ops.rms_norm import triton as fwd
+    from kernelwright.ops.rms_norm.triton import norm_forward
+
+    g = torch.Generator().manual_seed(13)
+    scales = [1.0, 1e6, 1e-5, 3.0, 1e-30, 5e37, 0.0, 1.0, 1e18, 7.0, 1e-3, 1e4]
+    n = len(scales)
+    x = torch.randn(n, cols, generator=g) * torch.tensor(scales)[:, None]
+    x[7, 5] = float("inf")
+    plain, scaled = [0, 1, 2, 3, 9, 10, 11], [4, 5, 6, 7, 8]  # 1e18: squares past fp32's range
+    w = torch.randn(cols, generator=g)
+    r = torch.randn(n, cols, generator=g) * torch.tensor(scales)[:, None] if kind == "add_rms" else None
+    x, w, r = x.to(device), w.to(device), r.to(device) if r is not None else None
+    v = x + r if r is not None else x
+    monkeypatch.setattr(fwd, "FUSED_FAST", False)
+    out = {}
+    for first in (False, True):
+        monkeypatch.setattr(fwd, "FUSED_SUM_FIRST", first)
+        y, rstd = torch.full_like(x, float("nan")), torch.full((n,), float("nan"), device=device)
+        norm_forward("fused", x, w, 1e-5, y=y, residual=r, h=torch.empty_like(x) if r is not None else None,
+                     stats=(rstd,))
+        out[first] = (y, rstd)
+    (y0, s0), (y1, s1) = out[False], out[True]
+    torch.testing.assert_close(y1[plain], y0[plain], rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(s1[plain], s0[plain], rtol=2e-6, atol=0)
+    assert torch.equal(y1[scaled].nan_to_num(7.0), y0[scaled].nan_to_num(7.0))
+    assert torch.equal(s1[scaled].nan_to_num(7.0), s0[scaled].nan_to_num(7.0))
+    finite = [i for i in range(n) if i != 7]
+    close(y1[finite], ref_rms(v, w, 1e-5)[finite])
+    rstd64 = torch.rsqrt(v.double()[finite].pow(2).mean(-1) + 1e-5)
+    torch.testing.assert_close(s1[finite].double(), rstd64, rtol=1e-5, atol=0)
+
+
+@pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
 @pytest.mark.parametrize("chunk", [None, 64])  # one chunk a row (the interpreter's), or four exchanging
 @pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
 def test_fast_chunk_statistics_match_the_scaled_ones(kind, chunk, monkeypatch):

@@ -45,6 +45,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmsfast      # rms cluster FAST_STATS: tests, off / on
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normpair     # the norm rungs' PAIR_ROWS: tests, the L2 probe,
 #                                                                # off / on, ncu (session 19, not yet run)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh sumfirst     # the fused forward's FUSED_SUM_FIRST: tests, off /
+#                                                                # on, peers (session 19, not yet run; carry .whl)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -361,14 +363,14 @@ case "${1:-fwd}" in
   normpair)
     # session 19, not yet run (no GPU was lent that session): are the norm cluster rungs' wide forwards bound by L2,
     # w (and b) read again for every row (layer norm at 65536 columns: 256 KB of them a row against 128 KB of x)?
-    # GPU tests of both PAIR_ROWS kernels (two rows a cluster, w and b read once for both) with the rungs' other GPU
-    # tests; norm_l2_probe.py (L2's read bandwidth; the layer norm rung with b = w; rms and softmax at the same
+    # GPU tests of both PAIR_ROWS kernels (two rows a cluster, w and b read once for both; the default kernels' SASS
+    # is unchanged, so their tests are not repeated); norm_l2_probe.py (L2's read bandwidth; the layer norm rung with b = w; rms and softmax at the same
     # shapes); PAIR_ROWS off / on twice for both families, each in its own process, split alongside; then Nsight
     # Compute's memory tables for one layer norm launch off and on (whether ncu reads counters on this machine: the
-    # step says). About 6 minutes with the start.
-    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py
-    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py
-    grep -E "passed|failed" "$LOG" | tail -2
+    # step says). About 5 minutes with the start.
+    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py \
+      tests/test_rms_norm_cluster.py -k pair
+    grep -E "passed|failed" "$LOG" | tail -1
     step 90 python3 benchmarks/experiments/norm_l2_probe.py
     for p in False True False True; do
       step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.layer_norm.cuda.PAIR_ROWS=$p \
@@ -389,7 +391,23 @@ case "${1:-fwd}" in
         "/tmp/ncu_ln_$p.csv" | awk -F'","' '{print $(NF-2) " | " $NF}' | head -20 | tee -a "$LOG"
     done
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ln_*.csv) 2>/dev/null
-    grep -E "│ (layer|rms)_norm|^   \(|TB/s" "$LOG" | cut -c1-100
+    grep -E "│ (layer|rms|add_rms)_norm|^   \(|TB/s" "$LOG" | cut -c1-100
+    ;;
+  sumfirst)
+    # session 19, not yet run: the fused forward's statistic as torch.compile's (one single-operand sum of unscaled
+    # squares, FUSED_SUM_FIRST; rms and add_rms): its GPU tests, off / on twice, then on with every rung and peer
+    # (torch.compile's rms led at 16384 x 8192: 4.21 against 4.02, run 82; carry .whl for Liger). About 3 minutes.
+    step 60 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k sum_first
+    for f in False True False True; do
+      step 45 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.triton.FUSED_SUM_FIRST=$f -- \
+        bench rms_norm add_rms_norm --dtypes bf16 --sizes 65536x1024,16384x4096,16384x8192 --variant fused \
+        --no-peers --max-seconds 0.3
+      echo "   (FUSED_SUM_FIRST=$f)" | tee -a "$LOG"
+    done
+    step 90 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.triton.FUSED_SUM_FIRST=True -- \
+      bench rms_norm --dtypes bf16 --sizes 16384x8192 --max-seconds 0.3
+    echo "   (FUSED_SUM_FIRST=True, every rung and peer)" | tee -a "$LOG"
+    grep -E "│ (rms|add_rms)_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   lnwide)
     # session 15, not yet run: the norm cluster rungs' store and layer norm's statistics, where layer norm trails

@@ -81,6 +81,13 @@ every row float64-checked): layer norm 3.44 / 3.42 -> 3.52 / 3.51 at 16384 x 409
 8192, 3.73 / 3.51 -> 3.83 / 3.55 at 65536 x 1024; rms 3.83 / 3.84 -> 3.94 / 3.95 at 8192, 2.59 -> 2.89 at 16384;
 add_rms_norm within +-0.5%; never slower in a pair. True / False force it; None (default) takes
 :func:`fused_fast`."""
+FUSED_SUM_FIRST = False
+"""Experiment switch (rms_norm, add_rms_norm): the fused forward's statistic as torch.compile's generated kernel
+has it (``benchmarks/experiments/inductor_norm_code.py``, run 84): one single-operand ``tl.sum`` of the unscaled
+squares, where FUSED_FAST reduces the sum and the largest magnitude together; rows whose sum is not finite or lies
+below 2^-60 are scaled by their largest magnitude's exponent and summed again (only in programs that hold one).
+torch.compile's rms at 16384 x 8192 ran 4.21 TB/s against our best 4.02 (cluster) and fused's 3.89-3.99 (runs
+80-82). Not yet run on a GPU (session 19; ``ops.sh normpair`` times it)."""
 FAST_LO, FAST_HI = tl.constexpr(-20), tl.constexpr(30)
 """the range of floor(log2(max |v|)) where :func:`_chunk_stats`'s fast path applies: squares up to 2^62 (sums up
 to 2^80: no overflow), and a value whose square underflows (|v| < 2^-63) is under 2^-43 of the largest, far below
@@ -215,6 +222,7 @@ def _norm_fwd_fused_kernel(
     CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
     SAVE_STATS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, BIAS_EARLY: tl.constexpr = False, FAST: tl.constexpr = False,
+    SUM_FIRST: tl.constexpr = False,
 ):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.arange(0, BLOCK)
@@ -232,7 +240,19 @@ def _norm_fwd_fused_kernel(
         w += 1.0
     if CENTER and BIAS_EARLY:  # (FUSED_BIAS_EARLY) held in its own dtype until used
         b_early = tl.load(b_ptr + cols, mask=cmask, other=0.0)
-    if FAST:  # (FUSED_FAST) the first sum and the largest magnitude in one two-operand reduction, unscaled
+    if SUM_FIRST and not CENTER:  # (FUSED_SUM_FIRST) one single-operand reduction where the unscaled sum is safe
+        first = tl.sum(x * x, 1)
+        # a finite sum of at least 2^-60: its largest square is at least 2^-60 / n >= 2^-78, so squares that
+        # underflow (below 2^-126) are under 2^-48 of it; other rows (and Inf / NaN) are scaled and summed again
+        plain = (first >= 8.673617379884035e-19) & (first <= 3.4028234663852886e38)  # 2^-60, fp32's largest
+        k = tl.zeros([BLOCK_R], dtype=tl.int32)
+        if tl.max(tl.where(plain, 0, 1), 0) > 0:
+            k = tl.where(plain, 0, pow2_exponent(tl.max(tl.abs(x), 1)))
+            xk = x * exp2i(-k)[:, None]
+            first = tl.where(plain, first, tl.sum(xk * xk, 1))
+        xs = x * exp2i(-k)[:, None]
+        r = _rsqrt_scaled(first, n_cols, eps, k)
+    elif FAST:  # (FUSED_FAST) the first sum and the largest magnitude in one two-operand reduction, unscaled
         if CENTER:
             first, amax = tl.reduce((x, tl.abs(x)), 1, _add_and_max)
         else:
@@ -626,7 +646,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
         block_r, block, warps = fused_tile(n_cols, center, x2.element_size())
         _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
             *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, BIAS_EARLY=FUSED_BIAS_EARLY,
-            FAST=fused_fast(), num_warps=warps)
+            FAST=fused_fast(), SUM_FIRST=FUSED_SUM_FIRST and not center, num_warps=warps)
     elif rung == "chunked":
         block = min(CHUNK, triton.next_power_of_2(n_cols))
         _norm_fwd_chunked_kernel[(n_rows,)](*ptrs, *tail, **flags, BLOCK=block, STAGES=CHUNKED_STAGES,
