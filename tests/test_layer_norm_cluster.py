@@ -234,11 +234,31 @@ def test_pair_launch_plumbing(monkeypatch, rows, n, dtype, pair):
         assert (cfg.cluster, cfg.nv, cfg.snv) == ((2 if n == 65536 else 8), 8, 8)
 
 
+@pytest.mark.parametrize("n", [40000, 65536, 131072, 262144])
+def test_pair_one_pass_compiles_for_sm90(monkeypatch, n):
+    """PAIR_ONE_PASS: two barriers a CTA instead of three; 8 bytes of spills in some shapes (one register pair
+    stored once a thread, sm_90), no library calls; the default pair kernel is another binary."""
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    for dtype in (torch.bfloat16, torch.float16):
+        before = lc.pair_artifact(n, dtype)["cubin"]
+        monkeypatch.setattr(lc, "PAIR_ONE_PASS", True)
+        art = lc.pair_artifact(n, dtype)
+        monkeypatch.setattr(lc, "PAIR_ONE_PASS", False)
+        assert art["cubin"] != before
+        rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
+        assert rep.registers <= 64 and rep.stack_bytes <= 8 and rep.mix.local_store_bytes <= 8, rep.stack_bytes
+        assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
+
+
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("one_pass", [False, True], ids=["three-pass", "one-pass"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_pair_matches_float64(monkeypatch, dtype):
+def test_pair_matches_float64(monkeypatch, dtype, one_pass):
     monkeypatch.setattr(lc, "PAIR_ROWS", True)
+    monkeypatch.setattr(lc, "PAIR_ONE_PASS", one_pass)
     for n in (32776, 40000, 65536, 131072, 262144):
         for rows in (1, 2, 5):  # a lone row, one pair, and a pair short of its second row
             x = torch.randn(rows, n, device="cuda").mul_(3).add_(1).to(dtype)
@@ -249,7 +269,8 @@ def test_pair_matches_float64(monkeypatch, dtype):
     x[0] = 0                       # zeros: y = b (first of a pair)
     x[1] = 2.5                     # a constant row (second of a pair)
     x[2] *= 1e30 if dtype == torch.bfloat16 else 1e4   # squares past fp32's range / fp16's largest values
-    x[3] *= 1e-30 if dtype == torch.bfloat16 else 1e-6  # a variance below eps / fp16's subnormals
+    x[3] *= 1e-30 if dtype == torch.bfloat16 else 1e-6  # a variance below eps / fp16's subnormals (one pass: the
+    #                                                     bf16 row below 2^-40 sums again in its own scale)
     x[4, : n // 2] = 0             # CTAs of zeros among partners that are not, in both positions of a pair
     x[5, n // 2:] = 0
     x = x.to(dtype)

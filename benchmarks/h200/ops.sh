@@ -365,18 +365,22 @@ case "${1:-fwd}" in
     # w (and b) read again for every row (layer norm at 65536 columns: 256 KB of them a row against 128 KB of x)?
     # GPU tests of both PAIR_ROWS kernels (two rows a cluster, w and b read once for both; the default kernels' SASS
     # is unchanged, so their tests are not repeated); norm_l2_probe.py (L2's read bandwidth; the layer norm rung with b = w; rms and softmax at the same
-    # shapes); PAIR_ROWS off / on twice for both families, each in its own process, split alongside; then Nsight
+    # shapes); PAIR_ROWS off / on / on with layer norm's PAIR_ONE_PASS, twice, each in its own process, split
+    # alongside; then Nsight
     # Compute's memory tables for one layer norm launch off and on (whether ncu reads counters on this machine: the
     # step says). About 5 minutes with the start.
     step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py \
       tests/test_rms_norm_cluster.py -k pair
     grep -E "passed|failed" "$LOG" | tail -1
     step 90 python3 benchmarks/experiments/norm_l2_probe.py
-    for p in False True False True; do
-      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.layer_norm.cuda.PAIR_ROWS=$p \
-        kernelwright.ops.rms_norm.cuda.PAIR_ROWS=$p -- bench layer_norm rms_norm --dtypes bf16 \
+    for sw in "PAIR_ROWS=False" "PAIR_ROWS=True" "PAIR_ROWS=True PAIR_ONE_PASS=True" \
+              "PAIR_ROWS=False" "PAIR_ROWS=True" "PAIR_ROWS=True PAIR_ONE_PASS=True"; do
+      p=${sw%% *}; p=${p#PAIR_ROWS=}
+      args="kernelwright.ops.layer_norm.cuda.PAIR_ROWS=$p kernelwright.ops.rms_norm.cuda.PAIR_ROWS=$p"
+      [ "$sw" != "${sw#* }" ] && args="$args kernelwright.ops.layer_norm.cuda.PAIR_ONE_PASS=True"
+      step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench layer_norm rms_norm --dtypes bf16 \
         --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
-      echo "   (PAIR_ROWS=$p)" | tee -a "$LOG"
+      echo "   ($sw)" | tee -a "$LOG"
     done
     NCU="ncu --clock-control none --target-processes all --kernel-name regex:layer_norm_cluster --launch-skip 8
          --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis_Tables --section Occupancy --csv

@@ -37,8 +37,14 @@ PAIR_GROUP = 1
 spills 16-36 bytes a thread at 64 registers (sm_90, bf16), 1 none."""
 
 
+PAIR_ONE_PASS = False
+"""Experiment switch: PAIR_ROWS's statistics with ONE_PASS_MEAN's first step (both rows' largest magnitudes and
+sums in one pass and one barrier: two barriers a CTA, not three). The one-row kernel's ONE_PASS_MEAN gained 2-4% at
+65536 / 262144 (run 65). Not yet run on a GPU (session 19)."""
+
+
 def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, save_stats: bool, pair: bool = False):
-    one_pass = ONE_PASS_MEAN and cfg.snv > 0 and not pair
+    one_pass = (PAIR_ONE_PASS if pair else ONE_PASS_MEAN) and cfg.snv > 0
     extra = (f"SAVE_STATS={int(save_stats)}", f"ONE_PASS_MEAN={int(one_pass)}", f"PAIR={int(pair)}")
     if pair:
         extra += (f"PG={PAIR_GROUP}",)

@@ -245,7 +245,7 @@ __device__ __forceinline__ unsigned affine_word(unsigned xw, unsigned ww, unsign
 // columns the one-row kernel reads w and b from L2 (256 KB a row: more than L1 keeps beside 2 x 64 KB of held
 // rows) for every 128 KB of x read from HBM, twice x's bytes. The two rows' statistics take the same three block
 // reductions (float2: one barrier each for both rows) and one cluster barrier. Row 2p + 1 past the last row: its
-// slots hold zeros, nothing of it is stored. ONE_PASS_MEAN does not apply.
+// slots hold zeros, nothing of it is stored. With ONE_PASS_MEAN (switch PAIR_ONE_PASS) two barriers, not three.
 static_assert(VECTOR && SNV == NV, "PAIR: the 16-byte path, the second row's vectors in shared memory");
 #ifndef PG
 #define PG 1  // accesses whose w and b are loaded before their stores (switch PAIR_GROUP in ../cuda.py)
@@ -298,17 +298,74 @@ __device__ __forceinline__ float2 pair_sum(const unsigned (&w)[NV][WORDS], int i
     return make_float2(s0, s1);
 }
 
-// 2. (e, mean, M2, n) of this CTA's chunk of each row (block_stats' arithmetic, both rows in each reduction)
+#if ONE_PASS_MEAN
+// (PAIR with ONE_PASS_MEAN) both rows' largest magnitudes and sums of x 2^-24 in one pass (chunk_amax_sum24's
+// arithmetic; x, y: magnitudes, z, w: sums)
+__device__ __forceinline__ float4 pair_amax_sum24(const unsigned (&w)[NV][WORDS]) {
+    unsigned m0 = 0, m1 = 0;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m0 = max_magnitude(m0, w[j][k]);
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s0 = fmaf(elem_again(w[j][k], i), 0x1p-24f, s0);
+        }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll 1
+    for (int j = 0; j < NV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m1 = max_magnitude(m1, word(q, k));
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s1 = fmaf(elem_again(word(q, k), i), 0x1p-24f, s1);
+        }
+    }
+    m0 = max(m0 & 0xffffu, m0 >> 16), m1 = max(m1 & 0xffffu, m1 >> 16);
+    return make_float4(from_bits(m0), from_bits(m1), s0, s1);
+}
+#endif
+
+// 2. (e, mean, M2, n) of this CTA's chunk of each row (block_stats' arithmetic, both rows in each reduction; with
+//    ONE_PASS_MEAN the largest magnitudes and the sums in one pass and one barrier, as block_stats there)
 __device__ __forceinline__ void pair_stats(float4 (&t)[2], const unsigned (&w)[NV][WORDS], int base, int n_cols,
-                                           float2* red_a, float2* red_s, float2* red_m) {
+                                           float2* red_a, float2* red_s, float2* red_m, float4* red_as,
+                                           float* red_t0, float* red_t1) {
     const int n = chunk_cols2(base, n_cols), inside = accesses_inside(base, n_cols);
+#if ONE_PASS_MEAN
+    (void)red_a, (void)red_s;
+    const float4 as = block_reduce_max2_sum2(pair_amax_sum24(w), red_as);
+    const float2 a = make_float2(as.x, as.y);
+#else
+    (void)red_as, (void)red_t0, (void)red_t1;
     const float2 a = block_reduce2<true>(pair_amax(w), red_a);
+#endif
     const int e0 = a.x > 0.0f && a.x <= 3.4028235e38f ? exponent_of(a.x) : 0;
     const int e1 = a.y > 0.0f && a.y <= 3.4028235e38f ? exponent_of(a.y) : 0;
     const float p0 = exp2i(-(e0 / 2)), q0 = exp2i(-(e0 - e0 / 2)), p1 = exp2i(-(e1 / 2)), q1 = exp2i(-(e1 - e1 / 2));
+#if ONE_PASS_MEAN
+    float m0, m1;  // each row's: from the one-pass sum where its largest magnitude allows (block_stats), else again
+    if (a.x >= 0x1p-40f || a.x == 0.0f) {
+        m0 = n > 0 ? __fdividef(as.z, (float)n) * exp2i(24 - e0) : 0.0f;
+    } else {
+        const float s = block_reduce_sum(pair_sum(w, inside, [=](float x) { return x * p0 * q0; },
+                                                  [](float) { return 0.0f; }).x, red_t0);
+        m0 = n > 0 ? __fdividef(s, (float)n) : 0.0f;
+    }
+    if (a.y >= 0x1p-40f || a.y == 0.0f) {
+        m1 = n > 0 ? __fdividef(as.w, (float)n) * exp2i(24 - e1) : 0.0f;
+    } else {
+        const float s = block_reduce_sum(pair_sum(w, inside, [](float) { return 0.0f; },
+                                                  [=](float x) { return x * p1 * q1; }).y, red_t1);
+        m1 = n > 0 ? __fdividef(s, (float)n) : 0.0f;
+    }
+#else
     const float2 sum = block_reduce2<false>(pair_sum(w, inside, [=](float x) { return x * p0 * q0; },
                                                      [=](float x) { return x * p1 * q1; }), red_s);
     const float m0 = n > 0 ? __fdividef(sum.x, (float)n) : 0.0f, m1 = n > 0 ? __fdividef(sum.y, (float)n) : 0.0f;
+#endif
     const float2 m2 = block_reduce2<false>(pair_sum(w, inside, [=](float x) {
         const float d = fmaf(x * p0, q0, -m0);
         return d * d;
@@ -357,6 +414,8 @@ layer_norm_cluster_pair(const void* __restrict__ x_, const void* __restrict__ w_
                         void* __restrict__ y_, float* __restrict__ mean_, float* __restrict__ rstd_, int n_rows,
                         int n_cols, int x_stride, int y_stride, float eps, float inv_n) {
     __shared__ float2 red_a[THREADS / 32], red_s[THREADS / 32], red_m[THREADS / 32];
+    __shared__ float4 red_as[THREADS / 32];
+    __shared__ float red_t0[THREADS / 32], red_t1[THREADS / 32];
     __shared__ float4 part[2];  // this CTA's (e, mean, M2, n) of each row, read by the whole cluster
     const int tid = threadIdx.x;
     const int base = (int)cluster_rank() * CHUNK2, vi = base / VEC + tid, n_vec = n_cols / VEC;
@@ -367,7 +426,7 @@ layer_norm_cluster_pair(const void* __restrict__ x_, const void* __restrict__ w_
     unsigned w[NV][WORDS];
     load_pair(w, xr, xr + x_stride / VEC, has1, vi, n_vec);  // 1. (row strides: multiples of VEC on this path)
     float4 t[2];
-    pair_stats(t, w, base, n_cols, red_a, red_s, red_m);  // 2.
+    pair_stats(t, w, base, n_cols, red_a, red_s, red_m, red_as, red_t0, red_t1);  // 2.
     publish(part, t);  // 3.
     float2 mr0, mr1;
     merge_pair(mr0, mr1, part, t, inv_n, eps);
