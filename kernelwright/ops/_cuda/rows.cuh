@@ -100,16 +100,21 @@ __device__ __forceinline__ float2 load_remote(const float2* local, unsigned rank
     return v;
 }
 
-__device__ __forceinline__ float warp_max(float v) {
+// a reduction over groups of 2 * FIRST lanes (butterfly from offset FIRST): 16, the warp; 8, each half-warp
+template <int FIRST>
+__device__ __forceinline__ float lanes_max(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = FIRST; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-__device__ __forceinline__ float warp_sum(float v) {
+template <int FIRST>
+__device__ __forceinline__ float lanes_sum(float v) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = FIRST; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+__device__ __forceinline__ float warp_max(float v) { return lanes_max<16>(v); }
+__device__ __forceinline__ float warp_sum(float v) { return lanes_sum<16>(v); }
 
 // x and y are each touched once: with HINTS, keep them out of L1 and first out of L2
 __device__ __forceinline__ uint4 load_vector(const uint4* p) {
@@ -292,6 +297,37 @@ __device__ __forceinline__ float chunk_amax(const unsigned (&w)[NV][WORDS]) {
     return from_bits(m);
 }
 
+#if SNV
+// PAIR kernels, 2.: both rows' largest magnitudes (x, y; raw bits as chunk_amax, once the shared-memory copies have
+// landed) and sums (z, w) in one pass, each element folded into its row's sum by acc = f(acc, word, element index)
+template <typename F>
+__device__ __forceinline__ float4 pair_amax_fold(const unsigned (&w)[NV][WORDS], F f) {
+    unsigned m0 = 0, m1 = 0;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m0 = max_magnitude(m0, w[j][k]);
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s0 = f(s0, w[j][k], i);
+        }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll 1
+    for (int j = 0; j < NV; ++j) {
+        const uint4 q = held[j * THREADS + threadIdx.x];
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            m1 = max_magnitude(m1, word(q, k));
+#pragma unroll
+            for (int i = 0; i < PER_WORD; ++i) s1 = f(s1, word(q, k), i);
+        }
+    }
+    m0 = max(m0 & 0xffffu, m0 >> 16), m1 = max(m1 & 0xffffu, m1 >> 16);  // the pair kernels' rows are 16-bit
+    return make_float4(from_bits(m0), from_bits(m1), s0, s1);
+}
+#endif
+
 __device__ __forceinline__ float block_reduce_max(float v, float* red) {
     v = warp_max(v);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
@@ -348,16 +384,8 @@ __device__ __forceinline__ float4 block_reduce_max2_sum2(float4 v, float4* red) 
 }
 
 // a half-warp's reduction (lanes 0-15 and 16-31 apart)
-__device__ __forceinline__ float half_max(float v) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-__device__ __forceinline__ float half_sum(float v) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+__device__ __forceinline__ float half_max(float v) { return lanes_max<8>(v); }
+__device__ __forceinline__ float half_sum(float v) { return lanes_sum<8>(v); }
 
 #define NO_EXPONENT (-100000)  // a chunk of zeros: below every real exponent, so it never sets the row's scale
 
@@ -443,4 +471,32 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint
 #endif
 }
 #endif  // VECTOR
+
+#if SNV
+// PAIR kernels, 4.: both rows' y from the held words (row r0's in registers, r0 + 1's in shared memory), each access's
+// NP per-column vectors (p: already at this thread's first vector) loaded once for both rows, G accesses' in flight
+// together; out(x vector, its per-column vectors, row 0 or 1)
+template <int NP, int G, typename F>
+__device__ __forceinline__ void store_pair(const unsigned (&w)[NV][WORDS], uint4* yr, uint4* ys, bool has1,
+                                           const uint4* const (&p)[NP], int vi, int n_vec, F out) {
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int g = 0; g < NV; g += G) {
+        uint4 q[G][NP];
+#pragma unroll
+        for (int j = g; j < g + G && j < NV; ++j) {
+            const bool in = vi + j * THREADS < n_vec;
+#pragma unroll
+            for (int v = 0; v < NP; ++v) q[j - g][v] = in ? __ldg(p[v] + j * THREADS) : zero;
+        }
+#pragma unroll
+        for (int j = g; j < g + G && j < NV; ++j) {
+            if (vi + j * THREADS < n_vec) {
+                store_vector(yr + j * THREADS, out(make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]), q[j - g], 0));
+                if (has1) store_vector(ys + j * THREADS, out(held[j * THREADS + threadIdx.x], q[j - g], 1));
+            }
+        }
+    }
+}
+#endif
 #endif

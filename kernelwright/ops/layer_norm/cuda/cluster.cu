@@ -298,35 +298,6 @@ __device__ __forceinline__ float2 pair_sum(const unsigned (&w)[NV][WORDS], int i
     return make_float2(s0, s1);
 }
 
-#if ONE_PASS_MEAN
-// (PAIR with ONE_PASS_MEAN) both rows' largest magnitudes and sums of x 2^-24 in one pass (chunk_amax_sum24's
-// arithmetic; x, y: magnitudes, z, w: sums)
-__device__ __forceinline__ float4 pair_amax_sum24(const unsigned (&w)[NV][WORDS]) {
-    unsigned m0 = 0, m1 = 0;
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NV; ++j)
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            m0 = max_magnitude(m0, w[j][k]);
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) s0 = fmaf(elem_again(w[j][k], i), 0x1p-24f, s0);
-        }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-#pragma unroll 1
-    for (int j = 0; j < NV; ++j) {
-        const uint4 q = held[j * THREADS + threadIdx.x];
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            m1 = max_magnitude(m1, word(q, k));
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) s1 = fmaf(elem_again(word(q, k), i), 0x1p-24f, s1);
-        }
-    }
-    m0 = max(m0 & 0xffffu, m0 >> 16), m1 = max(m1 & 0xffffu, m1 >> 16);
-    return make_float4(from_bits(m0), from_bits(m1), s0, s1);
-}
-#endif
 
 // 2. (e, mean, M2, n) of this CTA's chunk of each row (block_stats' arithmetic, both rows in each reduction; with
 //    ONE_PASS_MEAN the largest magnitudes and the sums in one pass and one barrier, as block_stats there)
@@ -336,7 +307,9 @@ __device__ __forceinline__ void pair_stats(float4 (&t)[2], const unsigned (&w)[N
     const int n = chunk_cols2(base, n_cols), inside = accesses_inside(base, n_cols);
 #if ONE_PASS_MEAN
     (void)red_a, (void)red_s;
-    const float4 as = block_reduce_max2_sum2(pair_amax_sum24(w), red_as);
+    const float4 as = block_reduce_max2_sum2(pair_amax_fold(w, [](float s, unsigned word, int i) {  // (rows.cuh)
+        return fmaf(elem_again(word, i), 0x1p-24f, s);  // chunk_amax_sum24's sum of x 2^-24
+    }), red_as);
     const float2 a = make_float2(as.x, as.y);
 #else
     (void)red_as, (void)red_t0, (void)red_t1;
@@ -442,29 +415,11 @@ layer_norm_cluster_pair(const void* __restrict__ x_, const void* __restrict__ w_
     cluster_arrive_release();  // done with the partners' shared memory
 #endif
     // 4. store both rows, each access's w and b loaded once (PG accesses' in flight together: 2 spilled 16-36 bytes)
-    constexpr int G = PG;
-    const uint4* const wv = static_cast<const uint4*>(w_) + vi;
-    const uint4* const bv = static_cast<const uint4*>(b_) + vi;
+    const uint4* const p[2] = {static_cast<const uint4*>(w_) + vi, static_cast<const uint4*>(b_) + vi};
     uint4* const yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)r0 * y_stride * EB) + vi;
-    uint4* const ys = yr + y_stride / VEC;  // written only when has1
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-    for (int g = 0; g < NV; g += G) {
-        uint4 q[G][2];
-#pragma unroll
-        for (int j = g; j < g + G && j < NV; ++j) {
-            const bool in = vi + j * THREADS < n_vec;
-            q[j - g][0] = in ? __ldg(wv + j * THREADS) : zero;
-            q[j - g][1] = in ? __ldg(bv + j * THREADS) : zero;
-        }
-#pragma unroll
-        for (int j = g; j < g + G && j < NV; ++j) {
-            if (vi + j * THREADS < n_vec) {
-                store_vector(yr + j * THREADS, affine4(make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]), q[j - g], mr0));
-                if (has1) store_vector(ys + j * THREADS, affine4(held[j * THREADS + tid], q[j - g], mr1));
-            }
-        }
-    }
+    store_pair<2, PG>(w, yr, yr + y_stride / VEC, has1, p, vi, n_vec, [=](uint4 q, const uint4 (&wb)[2], int r) {
+        return affine4(q, wb, r ? mr1 : mr0);  // (rows.cuh); row r0 + 1 written only when has1
+    });
 #if CLUSTER > 1
     cluster_wait();  // partners may still be reading `part`
 #endif

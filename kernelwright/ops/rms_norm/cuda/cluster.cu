@@ -257,35 +257,10 @@ __device__ __forceinline__ float pair_squares_again(const uint4* xr, int vi, int
 __device__ __forceinline__ void pair_stats(float2 (&es)[2], const unsigned (&w)[NV][WORDS], const uint4* xr,
                                            const uint4* xs, int vi, int n_vec, float4* red_aq, float* red_t0,
                                            float* red_t1) {
-    unsigned m0 = 0, m1 = 0;
-    float q0 = 0.0f, q1 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NV; ++j)
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            m0 = max_magnitude(m0, w[j][k]);
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) {
-                const float v = elem(w[j][k], i);
-                q0 = fmaf(v, v, q0);
-            }
-        }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-#pragma unroll 1
-    for (int j = 0; j < NV; ++j) {
-        const uint4 h = held[j * THREADS + threadIdx.x];
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            m1 = max_magnitude(m1, word(h, k));
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) {
-                const float v = elem(word(h, k), i);
-                q1 = fmaf(v, v, q1);
-            }
-        }
-    }
-    m0 = max(m0 & 0xffffu, m0 >> 16), m1 = max(m1 & 0xffffu, m1 >> 16);
-    const float4 aq = block_reduce_max2_sum2(make_float4(from_bits(m0), from_bits(m1), q0, q1), red_aq);
+    const float4 aq = block_reduce_max2_sum2(pair_amax_fold(w, [](float q, unsigned word, int i) {  // (rows.cuh)
+        const float v = elem(word, i);
+        return fmaf(v, v, q);  // FAST's unscaled sum of squares
+    }), red_aq);
     const float av[2] = {aq.x, aq.y}, qv[2] = {aq.z, aq.w};
     float* const red_t[2] = {red_t0, red_t1};
 #pragma unroll
@@ -368,23 +343,11 @@ rms_norm_cluster_pair(const void* __restrict__ x_, const void* __restrict__ w_, 
     cluster_arrive_release();  // done with the partners' shared memory
 #endif
     // 4. store both rows, each access's w loaded once (PG accesses' in flight together)
-    const uint4* const wv = static_cast<const uint4*>(w_) + vi;
+    const uint4* const p[1] = {static_cast<const uint4*>(w_) + vi};
     uint4* const yr = reinterpret_cast<uint4*>(static_cast<unsigned char*>(y_) + (size_t)r0 * y_stride * EB) + vi;
-    uint4* const ys = yr + y_stride / VEC;  // written only when has1
-#pragma unroll
-    for (int g = 0; g < NV; g += PG) {
-        uint4 q[PG];
-#pragma unroll
-        for (int j = g; j < g + PG && j < NV; ++j)
-            q[j - g] = vi + j * THREADS < n_vec ? __ldg(wv + j * THREADS) : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-        for (int j = g; j < g + PG && j < NV; ++j) {
-            if (vi + j * THREADS < n_vec) {
-                store_vector(yr + j * THREADS, scale4(make_uint4(w[j][0], w[j][1], w[j][2], w[j][3]), q[j - g], rs0));
-                if (has1) store_vector(ys + j * THREADS, scale4(held[j * THREADS + tid], q[j - g], rs1));
-            }
-        }
-    }
+    store_pair<1, PG>(w, yr, yr + y_stride / VEC, has1, p, vi, n_vec, [=](uint4 q, const uint4 (&wq)[1], int r) {
+        return scale4(q, wq[0], r ? rs1 : rs0);  // (rows.cuh); row r0 + 1 written only when has1
+    });
 #if CLUSTER > 1
     cluster_wait();  // partners may still be reading `part`
 #endif
