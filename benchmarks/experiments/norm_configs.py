@@ -9,6 +9,7 @@ GPU only:
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --followup  # see followup_plans
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --fused-wide  # see fused_wide_plans
     KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --looped  # see looped_plans
+    KW_DEVICE=cuda python benchmarks/experiments/norm_configs.py --narrow  # see narrow_plans
 (JSON to $OUT/norm_configs.json, rewritten after every config).
 """
 
@@ -119,6 +120,16 @@ def fused_wide_plans():
             yield fam, "fused", (65536, 1024), f"rows {r} warps {w}", (lambda r=r, w=w: fused_fwd(r, w))
 
 
+def narrow_plans():
+    """Session 19, not yet run: the fused forward's tile at 65536 x 1024, down to one warp a row, the shape
+    torch.compile's layer norm settled on there (run 84: XBLOCK 1, one warp; 3.93 TB/s against fused's 3.84 with 2
+    rows x 4 warps, run 82). Run 80 tried 2-8 rows over 4-8 warps only."""
+    for fam in ("layer_norm", "rms_norm", "add_rms_norm"):
+        yield fam, "fused", (65536, 1024), "library", contextlib.nullcontext
+        for r, w in [(1, 1), (1, 2), (2, 1), (2, 2), (4, 2), (4, 1), (1, 4)]:
+            yield fam, "fused", (65536, 1024), f"rows {r} warps {w}", (lambda r=r, w=w: fused_fwd(r, w))
+
+
 def looped_plans():
     """Session 18: the chunked rung shaped as the looped reduction torch.compile generates where it leads (run 82:
     rms 4.21 against the cluster rung's 4.02 at 16384 x 8192; layer norm 4.13 against 4.06 at 16384 x 16384): the row
@@ -195,6 +206,7 @@ def main() -> None:
     ap.add_argument("--followup", action="store_true", help="followup_plans instead of the sweep")
     ap.add_argument("--fused-wide", action="store_true", help="fused_wide_plans instead of the sweep")
     ap.add_argument("--looped", action="store_true", help="looped_plans instead of the sweep")
+    ap.add_argument("--narrow", action="store_true", help="narrow_plans instead of the sweep")
     ap.add_argument("--max-seconds", type=float, default=0.25)
     ap.add_argument("--only", default="", help="comma-separated families to run (default: all)")
     args = ap.parse_args()
@@ -210,7 +222,7 @@ def main() -> None:
     sizes = {tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",") if s}
     chosen = (library_plans() if args.library else followup_plans() if args.followup
               else fused_wide_plans() if args.fused_wide else looped_plans() if args.looped
-              else plans(args.quick, args.hints))
+              else narrow_plans() if args.narrow else plans(args.quick, args.hints))
     for fam_name, rung, size, label, ctx in chosen:
         if (only and fam_name not in only) or (sizes and size not in sizes):
             continue

@@ -45,6 +45,7 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh rmsfast      # rms cluster FAST_STATS: tests, off / on
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normpair     # the norm rungs' PAIR_ROWS: tests, the L2 probe,
 #                                                                # off / on, ncu (session 19, not yet run)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh narrowtile   # the fused tile at 65536 x 1024 to one warp a row
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh sumfirst     # the fused forward's FUSED_SUM_FIRST: tests, off /
 #                                                                # on, peers (session 19, not yet run; carry .whl)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
@@ -314,6 +315,12 @@ case "${1:-fwd}" in
     # (16384 x 4096: 3.52 against Liger's 3.63; 65536 x 1024: 3.55-3.83 against torch.compile's 3.94) and rms at
     # 8192 (3.95 against torch.compile's 4.19), each config float64-checked before it is timed (norm_configs.py)
     OUT="$OUT" step 300 python3 benchmarks/experiments/norm_configs.py --fused-wide --max-seconds 0.3
+    grep -A40 "best per" "$LOG" | head -12
+    ;;
+  narrowtile)
+    # session 19, not yet run: the fused forward's tile at 65536 x 1024 down to one warp a row (torch.compile's
+    # layer norm there: one warp a row, 3.93 against 3.84, runs 82 / 84); each config float64-checked first
+    OUT="$OUT" step 200 python3 benchmarks/experiments/norm_configs.py --narrow --max-seconds 0.3
     grep -A40 "best per" "$LOG" | head -12
     ;;
   fusedtile)
