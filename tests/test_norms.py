@@ -570,7 +570,7 @@ _BF16 = "*bf16"
                                     "fwd_split_wide_layer", "bwd_fused", "bwd_fused_narrow", "bwd_split",
                                     "bwd_split_wide", "bwd_fused_narrow_paired", "bwd_split_wide_paired",
                                     "fwd_split_wide_fast", "fwd_split_wide_layer_fast", "fwd_fused_early",
-                                    "fwd_fused_layer"])
+                                    "fwd_fused_layer", "fwd_fused_sumfirst"])
 def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     from kernelwright.harness.inspect import compile_triton, disassemble, read_cubin
     from kernelwright.ops.rms_norm import triton as fwd
@@ -591,7 +591,10 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     paired = kernel.endswith("_paired")  # PAIRED_SUMS (layer norm's two row sums in one reduction)
     fast = kernel.endswith("_fast")  # FAST_STATS (the split forward's chunk statistics, one reduction fewer)
     early = kernel.endswith("_early")  # FUSED_BIAS_EARLY (the fused forward's bias loaded with the weight)
-    kernel = kernel.removesuffix("_paired").removesuffix("_fast").removesuffix("_early")
+    sum_first = kernel.endswith("_sumfirst")  # FUSED_SUM_FIRST (add_rms_norm: one unscaled sum, no centring)
+    if sum_first:
+        flags.update(CENTER=False)
+    kernel = kernel.removesuffix("_paired").removesuffix("_fast").removesuffix("_early").removesuffix("_sumfirst")
     if kernel.startswith("fwd_fused"):
         width = 1024 if kernel.endswith("narrow") else 4096
         rows, block, warps = fwd.fused_tile(width, center=kernel.endswith("layer"))
@@ -617,6 +620,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         cx["FAST"] = fast
     if "BIAS_EARLY" in fn.arg_names:
         cx["BIAS_EARLY"] = early
+    if "SUM_FIRST" in fn.arg_names:
+        cx["SUM_FIRST"] = sum_first
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16
     aligned = [n for n, t in sig.items() if t.startswith("*")] + [n for n in names if n != "n_rows"]
