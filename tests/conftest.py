@@ -35,3 +35,28 @@ def device():
 @pytest.fixture
 def db_path(tmp_path):
     return str(tmp_path / "results.db")
+
+
+class LaunchRecorder:
+    """A stand-in for a compiled CUDA kernel: ``kernel_for(cfg, pair=False)`` returns one that records each launch
+    (the config, whether the pair kernel was asked for, grid, block, arguments, shared memory, cluster) in
+    ``calls``, so a launcher's plumbing is tested on the CPU."""
+
+    def __init__(self):
+        self.calls = []
+
+    def kernel_for(self, cfg, pair=False):
+        calls = self.calls
+
+        class _Kernel:
+            def launch(self, grid, block, args, shared_mem, cluster):
+                calls.append({"cfg": cfg, "pair": pair, "grid": grid, "block": block, "args": args,
+                              "smem": shared_mem, "cluster": cluster})
+
+        return _Kernel()
+
+
+@pytest.fixture
+def launch_recorder():
+    return LaunchRecorder()
+

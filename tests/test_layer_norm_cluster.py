@@ -199,31 +199,19 @@ def test_pair_compiles_for_sm90_without_spills(n, dtype):
         assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
 
 
-class _Recorder:
-    """A stand-in kernel: records what the launcher would run."""
-
-    def __init__(self, calls, cfg, pair):
-        self.calls, self.cfg, self.pair = calls, cfg, pair
-
-    def launch(self, grid, block, args, shared_mem, cluster):
-        self.calls.append({"cfg": self.cfg, "pair": self.pair, "grid": grid, "block": block, "args": args,
-                           "smem": shared_mem, "cluster": cluster})
-
-
 @pytest.mark.parametrize(("rows", "n", "dtype", "pair"), [(5, 65536, torch.bfloat16, True),
                                                           (4, 262144, torch.float16, True),
                                                           (5, 16384, torch.bfloat16, False),
                                                           (3, 65536, torch.float32, False)])
-def test_pair_launch_plumbing(monkeypatch, rows, n, dtype, pair):
+def test_pair_launch_plumbing(launch_recorder, rows, n, dtype, pair):
     """With PAIR_ROWS on, the launcher sends the wide 16-bit rows to the pair kernel over (rows + 1) // 2 clusters,
     with the row count before the width; other rows keep the one-row kernel and its arguments (CPU, no launch)."""
     from kernelwright.ops import _cluster_norm as cn
 
-    calls = []
     x = torch.randn(rows, n).to(dtype)
     w, b, y = torch.randn(n).to(dtype), torch.randn(n).to(dtype), torch.empty(rows, n, dtype=dtype)
-    cn.launch(lambda cfg, two=False: _Recorder(calls, cfg, two), x, y, (w, b), (y, y), 1e-5, pair=True)
-    (c,) = calls
+    cn.launch(launch_recorder.kernel_for, x, y, (w, b), (y, y), 1e-5, pair=True)
+    (c,) = launch_recorder.calls
     assert c["pair"] == pair
     cfg = c["cfg"]
     assert c["grid"] == (((rows + 1) // 2 if pair else rows) * cfg.cluster,) and c["block"] == (cfg.threads,)

@@ -218,26 +218,19 @@ def test_pair_compiles_for_sm90_without_spills(n, dtype):
     assert rc.pair_artifact(32768, torch.bfloat16) is None and rc.pair_artifact(65536, torch.float32) is None
 
 
-def test_pair_launch_plumbing():
+def test_pair_launch_plumbing(launch_recorder):
     """With the switch's ``pair``, rms_norm's launch takes the pair kernel over (rows + 1) // 2 clusters, the row
     count before the width (CPU: a stand-in kernel records the launch)."""
     from kernelwright.ops import _cluster_norm as cn
 
-    calls = []
-
-    class Recorder:
-        def __init__(self, cfg, pair):
-            self.cfg, self.pair = cfg, pair
-
-        def launch(self, grid, block, args, shared_mem, cluster):
-            calls.append((self.cfg, self.pair, grid, block, args, shared_mem, cluster))
-
     x, w = torch.randn(3, 262144).to(torch.bfloat16), torch.randn(262144).to(torch.bfloat16)
     y = torch.empty_like(x)
-    cn.launch(lambda cfg, pair=False: Recorder(cfg, pair), x, y, (w,), (y,), 1e-6, pair=True)
-    ((cfg, pair, grid, block, args, smem, cluster),) = calls
-    assert pair and (cfg.cluster, cfg.threads) == (8, 512) and grid == (2 * 8,) and block == (512,)
-    assert args[4:] == (3, 262144, 262144, 262144, 1e-6, 1.0 / 262144) and smem == 8 * 512 * 16 and cluster == 0
+    cn.launch(launch_recorder.kernel_for, x, y, (w,), (y,), 1e-6, pair=True)
+    (c,) = launch_recorder.calls
+    cfg = c["cfg"]
+    assert c["pair"] and (cfg.cluster, cfg.threads) == (8, 512) and c["grid"] == (2 * 8,) and c["block"] == (512,)
+    assert c["args"][4:] == (3, 262144, 262144, 262144, 1e-6, 1.0 / 262144)
+    assert c["smem"] == 8 * 512 * 16 and c["cluster"] == 0
 
 
 @pytest.mark.gpu

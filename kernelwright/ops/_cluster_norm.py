@@ -102,11 +102,14 @@ def launch(kernel_for, x2: torch.Tensor, y2: torch.Tensor, vectors: tuple[torch.
     kernel.launch((grid,), (cfg.threads,), args, shared_mem=sc.smem_bytes(cfg), cluster=sc.launch_cluster(cfg))
 
 
+def _artifact(kernel_for, name: str, cfg: sc.ClusterConfig, clusters: int) -> dict:
+    return {"kernel": name, "cubin": kernel_for(cfg).cubin, "threads_per_block": cfg.threads,
+            "dynamic_smem": sc.smem_bytes(cfg), "grid": (clusters * cfg.cluster, 1, 1), "config": cfg}
+
+
 def artifact(kernel_for, name: str, n_cols: int, dtype: torch.dtype, vector: bool = True, rows: int = 1) -> dict:
     """What :func:`launch` would run for rows of ``n_cols`` (compiled for sm_90, no GPU needed)."""
-    cfg = sc.cluster_config(n_cols, torch.finfo(dtype).bits // 8, vector)
-    return {"kernel": name, "cubin": kernel_for(cfg).cubin, "threads_per_block": cfg.threads,
-            "dynamic_smem": sc.smem_bytes(cfg), "grid": (rows * cfg.cluster, 1, 1), "config": cfg}
+    return _artifact(kernel_for, name, sc.cluster_config(n_cols, torch.finfo(dtype).bits // 8, vector), rows)
 
 
 def pair_artifact(kernel_for, name: str, n_cols: int, dtype: torch.dtype, rows: int = 2) -> dict | None:
@@ -114,10 +117,7 @@ def pair_artifact(kernel_for, name: str, n_cols: int, dtype: torch.dtype, rows: 
     where :func:`pair_config` has no shape)."""
     elt = dtype.itemsize
     cfg = pair_config(sc.cluster_config(n_cols, elt, True), n_cols, elt)
-    if cfg is None:
-        return None
-    return {"kernel": name, "cubin": kernel_for(cfg).cubin, "threads_per_block": cfg.threads,
-            "dynamic_smem": sc.smem_bytes(cfg), "grid": ((rows + 1) // 2 * cfg.cluster, 1, 1), "config": cfg}
+    return None if cfg is None else _artifact(kernel_for, name, cfg, (rows + 1) // 2)
 
 
 def inspect_artifacts(artifact_fn, source: Path, size: tuple[int, ...], dtype: torch.dtype) -> list:
