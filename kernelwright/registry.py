@@ -69,6 +69,11 @@ class Rung:
 
     def unavailable_reason(self) -> str | None:
         dev = runtime.current_device()
+        if self.backend == "cuda" and dev == "cpu":
+            from kernelwright.backends import emulate
+
+            if emulate.active():
+                return None  # CUDA C on the CPU, through the emulator
         if self.needs == "cuda" and dev != "cuda":
             return f"{self.name}: needs a CUDA GPU (running on {dev})"
         if self.needs == "hopper" and not runtime.is_hopper():

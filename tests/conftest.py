@@ -60,3 +60,26 @@ class LaunchRecorder:
 def launch_recorder():
     return LaunchRecorder()
 
+
+
+@pytest.fixture(params=[pytest.param("cuda", marks=pytest.mark.gpu, id="gpu"), pytest.param("cpu", id="emulated")])
+def cuda_dev(request):
+    """Where a CUDA C rung's test runs: ``"cuda"`` on a Hopper GPU (``-m gpu`` with KW_DEVICE=cuda), or ``"cpu"``
+    through the CUDA emulator (:mod:`kernelwright.backends.emulate`) in CPU runs. Tests size their work by it (the
+    emulator runs a test's rows, not a benchmark's)."""
+    if request.param == "cuda":
+        if not runtime.is_hopper():
+            pytest.skip("needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
+        yield "cuda"
+        return
+    if runtime.current_device() == "cuda":
+        pytest.skip("emulated in CPU runs (KW_DEVICE=cpu), where the Triton fallbacks run through the interpreter")
+    from kernelwright.backends import emulate
+    from kernelwright.errors import Unavailable
+
+    try:
+        emulate.compiler()
+    except Unavailable as e:
+        pytest.skip(str(e))
+    with emulate.cuda_on_cpu():
+        yield "cpu"

@@ -9,7 +9,6 @@ import dataclasses
 import pytest
 import torch
 
-from kernelwright import runtime
 from kernelwright.harness.verify import compare
 from kernelwright.ops.layer_norm import cuda as lc
 from kernelwright.ops.softmax import cuda as sc
@@ -55,8 +54,6 @@ def test_kw_inspect_gets_the_kernel_the_launcher_would_run():
     assert (art.threads_per_block, art.grid, art.dynamic_smem) == (512, (4096, 1, 1), 8 * 512 * 16)
 
 
-hopper = pytest.mark.skipif(not runtime.is_hopper(),
-                            reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
 WIDTHS = [1, 7, 8, 1000, 4097, 8192, 32768, 32776, 65536, 131072, 262143, 262144]
 
 
@@ -83,34 +80,30 @@ def _check(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float = 1e-5,
     assert torch.equal(out.view(bits), again.view(bits)), "two runs differ: a race"
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("n", WIDTHS)
-def test_matches_float64_at_every_width(n, dtype):
-    rows = max(1, min(37, (1 << 22) // n))
-    x = torch.randn(rows, n, device="cuda").mul_(3).add_(1).to(dtype)
-    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+def test_matches_float64_at_every_width(cuda_dev, n, dtype):
+    rows = max(1, min(37 if cuda_dev == "cuda" else 3, (1 << 22) // n))  # the emulator: a few rows
+    x = torch.randn(rows, n, device=cuda_dev).mul_(3).add_(1).to(dtype)
+    w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
     _check(x, w, b)
     if n >= 8:  # an unaligned row start: the one-element path
-        xs = torch.randn(rows, n + 1, device="cuda").to(dtype)[:, 1:]
+        xs = torch.randn(rows, n + 1, device=cuda_dev).to(dtype)[:, 1:]
         assert not sc.aligned(xs, xs)
         _check(xs, w, b)
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_constant_rows_offsets_and_extreme_magnitudes(dtype):
+def test_constant_rows_offsets_and_extreme_magnitudes(cuda_dev, dtype):
     n = 262144 if dtype == torch.bfloat16 else 65536  # clusters of several CTAs
-    x = torch.randn(6, n, device="cuda").to(dtype)
+    x = torch.randn(6, n, device=cuda_dev).to(dtype)
     x[0] = 0                       # zeros: y = b
     x[1] = 2.5                     # a constant row: variance 0, y = b
-    x[2] = 1000 + torch.randn(n, device="cuda")  # a large mean against a small spread (Chan's merge)
+    x[2] = 1000 + torch.randn(n, device=cuda_dev)  # a large mean against a small spread (Chan's merge)
     x[3] *= 1e30                   # squares past fp32's range
     x[4] *= 1e-30                  # a variance below eps
     x[5, : n // 2] = 0             # a CTA of zeros among partners that are not
-    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
     _check(x[[0, 1, 3, 4, 5]], w, b)
     # the offset row on its own: its fp32 mean is rounded relative to 1000, so every x - mean carries up to half an
     # ulp of 1000 (3e-5, 3e-5 of the spread): the whole row's relative error is that, whatever the kernel (H200 run
@@ -119,13 +112,13 @@ def test_constant_rows_offsets_and_extreme_magnitudes(dtype):
     _check(x[2:3], w, b, tol=dataclasses.replace(tol, norm=max(tol.norm, 4 * 1000 * 2.0**-24)))
 
 
-@pytest.mark.gpu
-@hopper
-def test_many_rows_and_3d():
-    w, b = torch.randn(4096, device="cuda").to(torch.bfloat16), torch.randn(4096, device="cuda").to(torch.bfloat16)
-    _check(torch.randn(20000, 4096, device="cuda").to(torch.bfloat16), w, b)
-    w, b = torch.randn(65536, device="cuda").to(torch.bfloat16), torch.randn(65536, device="cuda").to(torch.bfloat16)
-    _check(torch.randn(2, 3, 65536, device="cuda").to(torch.bfloat16), w, b)
+def test_many_rows_and_3d(cuda_dev):
+    def vec(n):
+        return torch.randn(n, device=cuda_dev).to(torch.bfloat16)
+
+    _check(torch.randn(20000 if cuda_dev == "cuda" else 300, 4096, device=cuda_dev).to(torch.bfloat16), vec(4096),
+           vec(4096))
+    _check(torch.randn(2, 3, 65536, device=cuda_dev).to(torch.bfloat16), vec(65536), vec(65536))
 
 
 # --- the ONE_PASS_MEAN switch (session 15, not yet timed): largest magnitude and sum in one pass -----------------
@@ -143,17 +136,15 @@ def test_one_pass_mean_compiles_without_spills_where_it_applies(monkeypatch):
         assert rep.registers <= 64 and rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, (n, rep.stack_bytes)
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_one_pass_mean_matches_float64(monkeypatch, dtype):
+def test_one_pass_mean_matches_float64(cuda_dev, monkeypatch, dtype):
     monkeypatch.setattr(lc, "ONE_PASS_MEAN", True)
     for n in (40000, 65536, 131072, 262144):
-        x = torch.randn(5, n, device="cuda").mul_(3).add_(1).to(dtype)
-        w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+        x = torch.randn(5, n, device=cuda_dev).mul_(3).add_(1).to(dtype)
+        w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
         _check(x, w, b)
     n = 262144
-    x = torch.randn(6, n, device="cuda")
+    x = torch.randn(6, n, device=cuda_dev)
     x[0] = 0
     x[1] = 2.5
     # bf16: sums past fp32's top unscaled (~256 x 1e37 a CTA), finite in the 2^-24 scale; fp16: its largest values
@@ -163,7 +154,7 @@ def test_one_pass_mean_matches_float64(monkeypatch, dtype):
     x[4] *= 1e-4 if dtype == torch.float16 else 1e-12  # just above the threshold (bf16); fp16's smallest normals
     x[5, : n // 2] = 0
     x = x.to(dtype)
-    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
     _check(x, w, b)
     _check(x[3:5], w, b, eps=0.0)  # no eps: the tiny rows' own spread sets rstd, so their mean must be right
 
@@ -240,20 +231,18 @@ def test_pair_one_pass_compiles_for_sm90(monkeypatch, n):
         assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("one_pass", [False, True], ids=["three-pass", "one-pass"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_pair_matches_float64(monkeypatch, dtype, one_pass):
+def test_pair_matches_float64(cuda_dev, monkeypatch, dtype, one_pass):
     monkeypatch.setattr(lc, "PAIR_ROWS", True)
     monkeypatch.setattr(lc, "PAIR_ONE_PASS", one_pass)
     for n in (32776, 40000, 65536, 131072, 262144):
         for rows in (1, 2, 5):  # a lone row, one pair, and a pair short of its second row
-            x = torch.randn(rows, n, device="cuda").mul_(3).add_(1).to(dtype)
-            w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+            x = torch.randn(rows, n, device=cuda_dev).mul_(3).add_(1).to(dtype)
+            w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
             _check(x, w, b)
     n = 262144
-    x = torch.randn(7, n, device="cuda")
+    x = torch.randn(7, n, device=cuda_dev)
     x[0] = 0                       # zeros: y = b (first of a pair)
     x[1] = 2.5                     # a constant row (second of a pair)
     x[2] *= 1e30 if dtype == torch.bfloat16 else 1e4   # squares past fp32's range / fp16's largest values
@@ -262,11 +251,11 @@ def test_pair_matches_float64(monkeypatch, dtype, one_pass):
     x[4, : n // 2] = 0             # CTAs of zeros among partners that are not, in both positions of a pair
     x[5, n // 2:] = 0
     x = x.to(dtype)
-    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
     _check(x, w, b)
-    _check(torch.randn(3, 2, 65536, device="cuda").to(dtype), w[:65536], b[:65536])  # leading dims: 6 rows
-    xs = torch.randn(4, 65536 + 8, device="cuda").to(dtype)[:, :65536]  # rows with a stride past their width
+    _check(torch.randn(3, 2, 65536, device=cuda_dev).to(dtype), w[:65536], b[:65536])  # leading dims: 6 rows
+    xs = torch.randn(4, 65536 + 8, device=cuda_dev).to(dtype)[:, :65536]  # rows with a stride past their width
     _check(xs, w[:65536], b[:65536])
     tol = FAM.tolerances[dtype]  # the offset row on its own, as in test_constant_rows_offsets_and_extreme_magnitudes
-    off = (1000 + torch.randn(2, n, device="cuda")).to(dtype)
+    off = (1000 + torch.randn(2, n, device=cuda_dev)).to(dtype)
     _check(off, w, b, tol=dataclasses.replace(tol, norm=max(tol.norm, 4 * 1000 * 2.0**-24)))

@@ -6,7 +6,6 @@ through the harness's checks (poisoned outputs, inputs unchanged, two runs bit f
 import pytest
 import torch
 
-from kernelwright import runtime
 from kernelwright.harness.verify import verify
 from kernelwright.ops.rms_norm_bwd import cuda as bc
 from kernelwright.registry import get_family
@@ -86,68 +85,63 @@ def test_every_launch_shape_compiles_for_sm90(name, dtype):
         assert any(op.startswith("LDGSTS") for op in rep.mix.opcodes), "x and dy staged by cp.async"
 
 
-hopper = pytest.mark.skipif(not runtime.is_hopper(),
-                            reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
 WIDTHS = [1, 8, 56, 1000, 1024, 4096, 8192, 16384, 32776, 65536, 131072, 262144]
 
 
-def _rows(n: int) -> list[int]:
-    # fewer rows than a step (narrow rows: 512 // threads a row), a step and a bit, more steps than the grid
-    cap = max(1, (1 << 23) // n)
-    return sorted({min(cap, r) for r in (1, 3, 17, 300)})
+def _rows(n: int, dev: str = "cuda") -> list[int]:
+    # fewer rows than a step (narrow rows: 512 // threads a row), a step and a bit, more steps than the grid (the
+    # emulator's grid is 2 clusters: 17 rows of 1024 columns are 2 steps a cluster)
+    cap = max(1, (1 << 23) // n) if dev == "cuda" else max(1, (1 << 19) // n)
+    return sorted({min(cap, r) for r in ((1, 3, 17, 300) if dev == "cuda" else (1, 3, 17))})
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("name", FAMILIES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
-def test_matches_float64(name, dtype):
+def test_matches_float64(cuda_dev, name, dtype):
     fam = get_family(name)
     shapes = []
     for n in WIDTHS:
-        for r in _rows(n):
+        for r in _rows(n, cuda_dev):
             shapes.append(((r, n), {}))
             if name != "layer_norm_bwd" and r == 3:
                 shapes.append(((r, n), {"offset": True}))
     shapes.append(((2, 3, 4096), {}))
-    results = verify(fam, [fam.rung("cluster")], [dtype], device="cuda", shapes=shapes,
+    results = verify(fam, [fam.rung("cluster")], [dtype], device=cuda_dev, shapes=shapes,
                      layouts=("contiguous",))
     assert len(results) == len(shapes)
     bad = [r for r in results if not r.ok]
     assert not bad, "\n".join(f"{r.shape} seed={r.seed}: {r.reason}" for r in bad[:10])
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("name", FAMILIES)
-def test_layouts_and_distributions_on_the_fuzz(name):
+def test_layouts_and_distributions_on_the_fuzz(cuda_dev, name):
     fam = get_family(name)
-    results = verify(fam, [fam.rung("cluster")], [torch.bfloat16, torch.float32], device="cuda")
+    results = verify(fam, [fam.rung("cluster")], [torch.bfloat16, torch.float32], device=cuda_dev)
     assert results and all(r.ok for r in results), [r for r in results if not r.ok][:5]
     assert {r.layout for r in results} == {"contiguous", "strided", "transposed"}
 
 
-@pytest.mark.gpu
-@hopper
-def test_which_kernel_ran_and_many_rows():
-    gen = torch.Generator("cuda").manual_seed(3)
+def test_which_kernel_ran_and_many_rows(cuda_dev):
+    gen = torch.Generator(cuda_dev).manual_seed(3)
 
     def run(x, dy, w):
         rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
         dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
         return bc.norm_backward_cluster(x, w, dy, rstd, dx=dx, dw=dw), dx, dw, rstd
 
-    for shape in ((20000, 1024), (4096, 65536), (64, 262144)):
-        x = torch.randn(shape, device="cuda", generator=gen).bfloat16()
-        dy = torch.randn(shape, device="cuda", generator=gen).bfloat16()
-        w = torch.randn(shape[-1], device="cuda", generator=gen).bfloat16()
+    shapes = ((20000, 1024), (4096, 65536), (64, 262144)) if cuda_dev == "cuda" else ((300, 1024), (6, 65536),
+                                                                                      (2, 262144))
+    for shape in shapes:
+        x = torch.randn(shape, device=cuda_dev, generator=gen).bfloat16()
+        dy = torch.randn(shape, device=cuda_dev, generator=gen).bfloat16()
+        w = torch.randn(shape[-1], device=cuda_dev, generator=gen).bfloat16()
         ran, dx, dw, rstd = run(x, dy, w)
         assert ran == "cluster", shape
         fam = get_family("rms_norm_bwd")
         ref_dx, ref_dw = fam.reference(x.double(), w.double(), dy.double(), rstd.double())
         assert torch.allclose(dx.double(), ref_dx, rtol=2e-2, atol=2e-2 * ref_dx.abs().max().item())
         assert torch.allclose(dw.double(), ref_dw, rtol=2e-2, atol=2e-2 * ref_dw.abs().max().item())
-    x = torch.randn(8, 4097, device="cuda").bfloat16()[:, 1:]  # unaligned rows: a Triton rung's kernel
-    assert run(x, x.clone(), torch.randn(4096, device="cuda").bfloat16())[0] == "fused"
-    x = torch.randn(2, 65537, device="cuda").bfloat16()[:, 1:]
-    assert run(x, x.clone(), torch.randn(65536, device="cuda").bfloat16())[0] == "split"
+    x = torch.randn(8, 4097, device=cuda_dev).bfloat16()[:, 1:]  # unaligned rows: a Triton rung's kernel
+    assert run(x, x.clone(), torch.randn(4096, device=cuda_dev).bfloat16())[0] == "fused"
+    x = torch.randn(2, 65537, device=cuda_dev).bfloat16()[:, 1:]
+    assert run(x, x.clone(), torch.randn(65536, device=cuda_dev).bfloat16())[0] == "split"

@@ -8,7 +8,6 @@ too when run on a Hopper GPU.)"""
 import pytest
 import torch
 
-from kernelwright import runtime
 from kernelwright.harness.verify import compare
 from kernelwright.ops.rms_norm import cuda as rc
 from kernelwright.ops.softmax import cuda as sc
@@ -78,8 +77,6 @@ def test_auto_takes_the_rung_where_it_led_on_the_h200():
     assert not rows_aligned(x[:, 1:]) and not rows_aligned(torch.randn(4, 8193, dtype=bf16)[:, :8192])
 
 
-hopper = pytest.mark.skipif(not runtime.is_hopper(),
-                            reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
 WIDTHS = [1, 7, 8, 1000, 4097, 8192, 32768, 32776, 65536, 131072, 262143, 262144]
 
 
@@ -103,50 +100,44 @@ def _check(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6, offset: bool = F
     assert torch.equal(out.view(bits), again.view(bits)), "two runs differ: a race"
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("n", WIDTHS)
-def test_matches_float64_at_every_width(n, dtype, fast):
-    rows = max(1, min(37, (1 << 22) // n))
-    x = torch.randn(rows, n, device="cuda").mul_(3).to(dtype)
-    w = torch.randn(n, device="cuda").to(dtype)
+def test_matches_float64_at_every_width(cuda_dev, n, dtype, fast):
+    rows = max(1, min(37 if cuda_dev == "cuda" else 3, (1 << 22) // n))  # the emulator: a few rows
+    x = torch.randn(rows, n, device=cuda_dev).mul_(3).to(dtype)
+    w = torch.randn(n, device=cuda_dev).to(dtype)
     _check(x, w)
     _check(x, w, eps=1e-2, offset=True)
     if n >= 8:  # an unaligned row start: the one-element path
-        xs = torch.randn(rows, n + 1, device="cuda").to(dtype)[:, 1:]
+        xs = torch.randn(rows, n + 1, device=cuda_dev).to(dtype)[:, 1:]
         assert not sc.aligned(xs, xs)
         _check(xs, w)
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-def test_zero_rows_and_extreme_magnitudes(dtype, fast):
+def test_zero_rows_and_extreme_magnitudes(cuda_dev, dtype, fast):
     n = 262144 if dtype == torch.bfloat16 else 65536  # clusters of several CTAs
-    x = torch.randn(6, n, device="cuda").to(dtype)
+    x = torch.randn(6, n, device=cuda_dev).to(dtype)
     x[0] = 0                       # a row of zeros: y = 0, rstd = 1 / sqrt(eps)
     x[1, : n // 2] = 0             # a CTA of zeros among partners that are not
     x[2] *= 1e30                   # squares past fp32's range
     x[3] *= 1e-30                  # squares below it (eps dominates)
     x[4, 7] = 3e38                 # one huge value
-    w = torch.randn(n, device="cuda").to(dtype)
+    w = torch.randn(n, device=cuda_dev).to(dtype)
     _check(x, w)
     _check(x[1:5], w, eps=0.0)     # no eps: the scale must come from the values alone
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("n", [1000, 8192, 65536, 262144])
-def test_fast_stats_are_the_scaled_bits_inside_their_range_and_fall_back_outside(dtype, n, monkeypatch):
+def test_fast_stats_are_the_scaled_bits_inside_their_range_and_fall_back_outside(cuda_dev, dtype, n, monkeypatch):
     # FAST_STATS sums the squares unscaled where a chunk's largest magnitude lies in [2^-40, 2^40], then scales by an
     # exact power of two: y and rstd bit for bit the default's (no square underflows in these rows); rows at and
     # past the range's ends (one chunk fast, a partner not) match float64
     rows = 8
-    g = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ()).item()))
-    x = (torch.randn(rows, n, device="cuda", generator=g) * 4).to(dtype)
-    w = torch.randn(n, device="cuda", generator=g).to(dtype)
+    g = torch.Generator(device=cuda_dev).manual_seed(int(torch.randint(0, 2**31, ()).item()))
+    x = (torch.randn(rows, n, device=cuda_dev, generator=g) * 4).to(dtype)
+    w = torch.randn(n, device=cuda_dev, generator=g).to(dtype)
     if dtype != torch.float16:  # fp16's range ends at 65504: the scaled bounds are bf16 / fp32 rows
         x[2, 0] = 2.0**40          # at the top of the range: fast
         x[3, -1] = 2.0**41         # past it: the last chunk sums again in its own scale
@@ -156,7 +147,7 @@ def test_fast_stats_are_the_scaled_bits_inside_their_range_and_fall_back_outside
     for on in (False, True):
         monkeypatch.setattr(rc, "FAST_STATS", on)
         out = torch.full_like(x, float("nan"))
-        rstd = torch.full((rows,), float("nan"), device="cuda")
+        rstd = torch.full((rows,), float("nan"), device=cuda_dev)
         rc.rms_norm_cluster(x, w, 1e-6, False, out=out, stats=(rstd,))
         outs.append((out, rstd))
         _check(x, w)
@@ -167,13 +158,11 @@ def test_fast_stats_are_the_scaled_bits_inside_their_range_and_fall_back_outside
         assert torch.equal(outs[0][1][r], outs[1][1][r]), f"row {r}: rstd differs"
 
 
-@pytest.mark.gpu
-@hopper
-def test_many_rows_and_3d(fast):
-    w = torch.randn(4096, device="cuda").to(torch.bfloat16)
-    _check(torch.randn(20000, 4096, device="cuda").to(torch.bfloat16), w)
-    w = torch.randn(65536, device="cuda").to(torch.bfloat16)
-    _check(torch.randn(2, 3, 65536, device="cuda").to(torch.bfloat16), w)
+def test_many_rows_and_3d(cuda_dev, fast):
+    w = torch.randn(4096, device=cuda_dev).to(torch.bfloat16)
+    _check(torch.randn(20000 if cuda_dev == "cuda" else 300, 4096, device=cuda_dev).to(torch.bfloat16), w)
+    w = torch.randn(65536, device=cuda_dev).to(torch.bfloat16)
+    _check(torch.randn(2, 3, 65536, device=cuda_dev).to(torch.bfloat16), w)
 
 
 def test_kw_inspect_gets_the_kernel_the_launcher_would_run():
@@ -233,19 +222,17 @@ def test_pair_launch_plumbing(launch_recorder):
     assert c["smem"] == 8 * 512 * 16 and c["cluster"] == 0
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_pair_matches_float64(monkeypatch, dtype):
+def test_pair_matches_float64(cuda_dev, monkeypatch, dtype):
     monkeypatch.setattr(rc, "PAIR_ROWS", True)
     for n in (32776, 40000, 65536, 131072, 262144):
         for rows in (1, 2, 5):  # a lone row, one pair, a pair short of its second row
-            x = torch.randn(rows, n, device="cuda").mul_(3).to(dtype)
-            w = torch.randn(n, device="cuda").to(dtype)
+            x = torch.randn(rows, n, device=cuda_dev).mul_(3).to(dtype)
+            w = torch.randn(n, device=cuda_dev).to(dtype)
             _check(x, w)
             _check(x, w, eps=1e-2, offset=True)
     n = 262144
-    x = torch.randn(8, n, device="cuda")
+    x = torch.randn(8, n, device=cuda_dev)
     x[0] = 0                       # zeros (first of a pair) beside a normal row
     x[3, : n // 2] = 0             # a CTA of zeros among partners (second of a pair)
     if dtype == torch.bfloat16:  # outside FAST's range [2^-40, 2^40]: summed again in the chunk's own scale
@@ -257,8 +244,8 @@ def test_pair_matches_float64(monkeypatch, dtype):
         x[4] *= 1e4
         x[5] *= 1e-6
     x = x.to(dtype)
-    w = torch.randn(n, device="cuda").to(dtype)
+    w = torch.randn(n, device=cuda_dev).to(dtype)
     _check(x, w)
     _check(x[1:7], w, eps=0.0)     # no eps: the scale must come from the values alone
-    _check(torch.randn(3, 2, 65536, device="cuda").to(dtype), w[:65536])  # leading dims: 6 rows
-    _check(torch.randn(4, 65536 + 8, device="cuda").to(dtype)[:, :65536], w[:65536])  # a row stride past the width
+    _check(torch.randn(3, 2, 65536, device=cuda_dev).to(dtype), w[:65536])  # leading dims: 6 rows
+    _check(torch.randn(4, 65536 + 8, device=cuda_dev).to(dtype)[:, :65536], w[:65536])  # a row stride past the width

@@ -180,8 +180,6 @@ def test_resident_clusters_counts_what_an_sm_holds():
 
 
 # --- on a Hopper GPU ----------------------------------------------------------------------------------------------
-hopper = pytest.mark.skipif(not runtime.is_hopper(),
-                            reason="needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
 
 
 FORMS = {"row-a-cluster": {},  # the default: CTAs of 512, half of a wide row's vectors in shared memory
@@ -211,24 +209,20 @@ def _check(x: torch.Tensor, dim: int = -1):
     assert torch.equal(out.view(bits), again.view(bits)), "two runs differ: a race"
 
 
-@pytest.mark.gpu
-@hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("n", WIDTHS)
-def test_matches_float64_at_every_width(n, dtype, form):
-    rows = max(1, min(37, (1 << 22) // n))
-    x = torch.randn(rows, n, device="cuda", dtype=torch.float32).mul_(3).to(dtype)
+def test_matches_float64_at_every_width(cuda_dev, n, dtype, form):
+    rows = max(1, min(37 if cuda_dev == "cuda" else 3, (1 << 22) // n))  # the emulator: a few rows
+    x = torch.randn(rows, n, device=cuda_dev, dtype=torch.float32).mul_(3).to(dtype)
     _check(x)
     if n >= 8:  # an unaligned row start: the one-element path
-        xs = torch.randn(rows, n + 1, device="cuda").to(dtype)[:, 1:]
+        xs = torch.randn(rows, n + 1, device=cuda_dev).to(dtype)[:, 1:]
         assert not sc.aligned(xs.reshape(rows, n), xs.reshape(rows, n))
         _check(xs)
 
 
-@pytest.mark.gpu
-@hopper
-def test_minus_infinity_rows_and_chunks(form):
-    x = torch.randn(6, 65536, device="cuda").to(torch.bfloat16)
+def test_minus_infinity_rows_and_chunks(cuda_dev, form):
+    x = torch.randn(6, 65536, device=cuda_dev).to(torch.bfloat16)
     x[0, 32768:] = float("-inf")   # the second CTA's chunk all -inf: it contributes 0
     x[1, :32768] = float("-inf")   # the first CTA's
     x[2, ::3] = float("-inf")
@@ -240,12 +234,11 @@ def test_minus_infinity_rows_and_chunks(form):
     assert torch.isfinite(out[3:]).all()
 
 
-@pytest.mark.gpu
-@hopper
-def test_other_dims_and_many_rows(form):
-    x = torch.randn(3, 65536, 5, device="cuda").to(torch.bfloat16)
+def test_other_dims_and_many_rows(cuda_dev, form):
+    x = torch.randn(3, 65536, 5, device=cuda_dev).to(torch.bfloat16)
     _check(x, dim=1)
-    x = torch.randn(20000, 4096, device="cuda").to(torch.bfloat16)  # 20000 clusters of one CTA
+    rows = 20000 if cuda_dev == "cuda" else 300  # clusters of one CTA
+    x = torch.randn(rows, 4096, device=cuda_dev).to(torch.bfloat16)
     _check(x)
 
 

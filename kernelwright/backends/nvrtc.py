@@ -253,7 +253,13 @@ class CudaKernel:
         """Clusters of ``cluster`` CTAs of ``block`` threads (``shared_mem`` dynamic bytes each) that CUDA device
         ``device`` holds at once (``cuOccupancyMaxActiveClusters``: registers, shared memory and how the GPCs
         split the SMs). ``launch_cluster``: the kernel takes its cluster size at launch (no
-        ``__cluster_dims__``)."""
+        ``__cluster_dims__``). ``device`` -1 (CPU tensors) under the emulator: its
+        :func:`~kernelwright.backends.emulate.resident_clusters`."""
+        if device < 0:
+            from kernelwright.backends import emulate
+
+            if emulate.active():
+                return emulate.resident_clusters()
         ctx, _, func = self._loaded.get(device) or self._load(device)
         drv = _driver()
         _check("cuCtxPushCurrent", drv.cuCtxPushCurrent(ctx))
@@ -284,12 +290,18 @@ class CudaKernel:
         """
         import torch
 
+        if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in args):
+            from kernelwright.backends import emulate
+
+            if emulate.active():
+                return emulate.launch(self, grid, block, args, shared_mem, cluster)
         values, types = [], []
         device = None
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor):
                 if not a.is_cuda:
-                    raise ValueError(f"{self.name}: argument {i} is a {a.device} tensor; kernels take CUDA tensors")
+                    raise ValueError(f"{self.name}: argument {i} is a {a.device} tensor; kernels take CUDA tensors "
+                                     "(CPU tensors: inside kernelwright.backends.emulate.cuda_on_cpu())")
                 device = a.get_device() if device is None else device
                 values.append(a.data_ptr())
                 types.append(ctypes.c_void_p)

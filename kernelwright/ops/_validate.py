@@ -60,15 +60,24 @@ def runs_on(backend: str, device_type: str) -> str | None:
             return "this process runs Triton through the CPU interpreter; CUDA tensors need a process without " \
                    "TRITON_INTERPRET=1"
         return None
+    if backend == "cuda" and device_type == "cpu" and _emulating():
+        return None  # CUDA C on the CPU emulator
     if backend in ("cuda", "gluon") and device_type != "cuda":  # gluon: Triton's dialect with no interpreter
         return "needs a CUDA GPU (inputs are on the CPU)"
     return None
 
 
+def _emulating() -> bool:
+    from kernelwright.backends import emulate
+
+    return emulate.active()
+
+
 def _cannot_run(rung, device_type: str) -> str | None:
     """Why ``rung`` cannot take tensors on ``device_type`` here (its backend, or a Hopper-only rung elsewhere)."""
     why = runs_on(rung.backend, device_type)
-    if why is None and rung.needs == "hopper" and not runtime.is_hopper():
+    emulated = rung.backend == "cuda" and device_type == "cpu"  # (runs_on allowed it: the emulator is on)
+    if why is None and rung.needs == "hopper" and not emulated and not runtime.is_hopper():
         why = "needs a Hopper GPU (sm_90)"
     return why
 
@@ -92,3 +101,11 @@ def pick_rung(family, variant: str | None, device_type: str, size, kwargs, dtype
         if _cannot_run(rung, device_type) is None and not rung.refusal(size, kwargs, dtype):
             return rung
     raise Unavailable(f"{family.name}: no rung can take this input here")
+
+
+def device_index(device: torch.device) -> int:
+    """A CUDA device's index (the current device where it has none); -1 for a CPU device (tensors that CUDA
+    kernels take only under the emulator, :mod:`kernelwright.backends.emulate`)."""
+    if device.type != "cuda":
+        return -1
+    return device.index if device.index is not None else torch.cuda.current_device()

@@ -3,6 +3,7 @@
 // stores with optional streaming hints. Included (textually, by kernelwright.backends.nvrtc.read_source) after the
 // kernel has defined DTYPE (0 fp32, 1 fp16, 2 bf16), VECTOR (1: 16-byte accesses) and optionally HINTS.
 #pragma once
+#include "ptx.cuh"  // the PTX behind named functions (and the CPU emulator's stand-ins)
 #if !defined(DTYPE) || !defined(VECTOR)
 #error "define DTYPE and VECTOR before including rows.cuh"
 #endif
@@ -33,10 +34,7 @@ __device__ __forceinline__ float from_bits(unsigned b) {
 #if DTYPE == 0
     return __uint_as_float(b);
 #elif DTYPE == 1
-    float f;
-    unsigned short h = (unsigned short)(b & 0xffffu);
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
+    return f16_to_f32((unsigned short)(b & 0xffffu));
 #else
     return __uint_as_float(b << 16);
 #endif
@@ -46,13 +44,9 @@ __device__ __forceinline__ unsigned to_bits(float f) {
 #if DTYPE == 0
     return __float_as_uint(f);
 #elif DTYPE == 1
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
+    return f32_to_f16(f);
 #else
-    unsigned short h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
+    return f32_to_bf16(f);
 #endif
 }
 
@@ -68,36 +62,6 @@ __device__ __forceinline__ float elem(unsigned w, int i) {
 // word k (0..3) of a 16-byte vector
 __device__ __forceinline__ unsigned word(const uint4& q, int k) {
     return k == 0 ? q.x : k == 1 ? q.y : k == 2 ? q.z : q.w;
-}
-
-// --- cluster primitives (PTX ISA 7.8+, sm_90) -------------------------------------------------------------------
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_arrive_release() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void fence_release_own_shared() {
-    // orders this thread's earlier writes to its own CTA's shared memory before its next (relaxed) arrive, for
-    // readers in the cluster (PTX 8.6, sm_90): a CTA-level MEMBAR, where arrive.release is a GPU-level one that
-    // also waits for the thread's earlier global stores (the previous row's y, in the persistent form)
-    asm volatile("fence.release.sync_restrict::shared::cta.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ float2 load_remote(const float2* local, unsigned rank) {
-    // the float2 at `local`'s offset in the shared memory of the cluster's CTA `rank`
-    unsigned addr = (unsigned)__cvta_generic_to_shared(local), remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    float2 v;
-    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
-    return v;
 }
 
 // a reduction over groups of 2 * FIRST lanes (butterfly from offset FIRST): 16, the warp; 8, each half-warp
@@ -119,11 +83,7 @@ __device__ __forceinline__ float warp_sum(float v) { return lanes_sum<16>(v); }
 // x and y are each touched once: with HINTS, keep them out of L1 and first out of L2
 __device__ __forceinline__ uint4 load_vector(const uint4* p) {
 #if HINTS
-    uint4 q;
-    asm volatile("{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
-                 "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol;\n\t}"
-                 : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(p));
-    return q;
+    return load_evict_first(p);
 #else
     return __ldg(p);
 #endif
@@ -182,7 +142,7 @@ __device__ __forceinline__ float elem_again(unsigned w, int i) {
 #if SNV
 // the SNV vectors a thread holds in shared memory: slot j * THREADS + tid, read back only by the thread that
 // filled it (its own cp.async.wait_group is all the synchronization they need)
-extern __shared__ uint4 held[];
+KW_DYNAMIC_SHARED(uint4, held);
 #endif
 
 // 1. load this thread's part of row `row`'s chunk at column `base`: access j of thread t covers columns base +
@@ -202,13 +162,12 @@ __device__ __forceinline__ void load_chunk(unsigned (&w)[NV][WORDS], const void*
         const int col = base + ((NV + j) * THREADS + tid) * VEC;
         uint4* dst = held + j * THREADS + tid;
         if (col < n_cols) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xr + col / VEC) : "memory");
+            cp_async16(dst, xr + col / VEC);
         } else {
             *dst = make_uint4(pw, pw, pw, pw);
         }
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
 #endif
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
@@ -242,13 +201,12 @@ __device__ __forceinline__ void load_pair(unsigned (&w)[NV][WORDS], const uint4*
     for (int j = 0; j < NV; ++j) {
         uint4* dst = held + j * THREADS + threadIdx.x;
         if (has1 && vi + j * THREADS < n_vec) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                         ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(xs + vi + j * THREADS) : "memory");
+            cp_async16(dst, xs + vi + j * THREADS);
         } else {
             *dst = make_uint4(0u, 0u, 0u, 0u);
         }
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
         uint4 q = make_uint4(0u, 0u, 0u, 0u);
@@ -283,7 +241,7 @@ __device__ __forceinline__ float chunk_amax(const unsigned (&w)[NV][WORDS]) {
 #pragma unroll
         for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, w[j][k]);
 #if SNV
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
 #pragma unroll
     for (int j = 0; j < SNV; ++j) {
         const uint4 q = held[j * THREADS + threadIdx.x];
@@ -312,7 +270,7 @@ __device__ __forceinline__ float4 pair_amax_fold(const unsigned (&w)[NV][WORDS],
 #pragma unroll
             for (int i = 0; i < PER_WORD; ++i) s0 = f(s0, w[j][k], i);
         }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
 #pragma unroll 1
     for (int j = 0; j < NV; ++j) {
         const uint4 q = held[j * THREADS + threadIdx.x];

@@ -258,8 +258,11 @@ def launch(cfg: LaunchConfig, a: torch.Tensor, b: torch.Tensor, out: torch.Tenso
 
 
 def _checked(a, b, out) -> tuple[int, int, int]:
+    from kernelwright.backends import emulate
+
+    where = ("cuda", "cpu") if emulate.active() else ("cuda",)  # CPU tensors: the emulator's
     for name, t in (("a", a), ("b", b), ("out", out)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.dim() != 2 or not t.is_cuda:
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.dim() != 2 or t.device.type not in where:
             raise UsageError(f"{name}: expected a 2-D float32 CUDA tensor, got {_describe(t)}")
     (m, k), (k2, n) = a.shape, b.shape
     if k2 != k:

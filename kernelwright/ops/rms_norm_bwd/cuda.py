@@ -33,6 +33,7 @@ import torch
 
 from kernelwright.backends import nvrtc
 from kernelwright.ops._norm_common import FUSED_BWD_MAX_COLS, rows2d
+from kernelwright.ops._validate import device_index
 
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 THREADS = 512
@@ -177,8 +178,7 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
         return fallback
     cfg = bwd_config(n_cols, x.element_size(), dh is not None, center)
     k = kernel(cfg, x.dtype, center, dh is not None, bool(offset))
-    device = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    held = resident(k, device, cfg, dh is not None)
+    held = resident(k, device_index(x.device), cfg, dh is not None)
     if held <= 0:
         tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
         return fallback

@@ -34,6 +34,7 @@ import torch
 
 from kernelwright.backends import nvrtc
 from kernelwright.errors import Unavailable
+from kernelwright.ops._validate import device_index
 
 SOURCE = Path(__file__).parent / "cuda" / "cluster.cu"
 MAX_CLUSTER = 8  # portable cluster size on sm_90
@@ -202,7 +203,7 @@ def holds(kernel: nvrtc.CudaKernel, device: torch.device, cfg: ClusterConfig) ->
     """Whether CUDA device ``device`` can run ``kernel`` in a cluster of ``cfg`` set at launch (past 8 CTAs, sizes
     are the GPU's choice: the driver counts how many it holds at once; an error or 0 means no). Also for the
     norm cluster rungs (:mod:`kernelwright.ops._cluster_norm`), which launch the same shapes."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = device_index(device)
     key = (id(kernel), index, cfg)
     if key not in _holds_cache:
         try:
@@ -229,7 +230,7 @@ def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
     args = (x2, y2, D, x2.stride(0), y2.stride(0), R)
     if cfg.persistent:
         kernel = _kernel(cfg, x2.dtype)
-        device = x2.device.index if x2.device.index is not None else torch.cuda.current_device()
+        device = device_index(x2.device)
         key = (device, cfg, x2.dtype)
         if key not in _resident:
             # the driver's count knows how the GPCs split the SMs (run 52: the arithmetic's 16 clusters of 8 at

@@ -39,15 +39,6 @@ static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 t
 static_assert(CLUSTER >= 1 && CLUSTER <= 16, "cluster sizes to 16 (past 8: non-portable, set at launch)");
 static_assert(SNV == 0 || VECTOR, "shared-memory vectors: the 16-byte path");
 
-__device__ __forceinline__ float4 load_remote4(const float4* local, unsigned rank) {
-    unsigned addr = (unsigned)__cvta_generic_to_shared(local), remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
-    return v;
-}
-
 // columns of the row in the chunk of the CTA starting at column `base` (chunk_cols2: PAIR's chunk)
 __device__ __forceinline__ int chunk_cols(int base, int n_cols) { return max(0, min(CHUNK, n_cols - base)); }
 #if PAIR
@@ -114,7 +105,7 @@ __device__ __forceinline__ float2 chunk_amax_sum24(const unsigned (&w)[NV][WORDS
             for (int i = 0; i < PER_WORD; ++i) s = fmaf(elem_again(w[j][k], i), 0x1p-24f, s);
         }
 #if SNV
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
 #pragma unroll 1
     for (int j = 0; j < SNV; ++j) {
         const uint4 q = held[j * THREADS + threadIdx.x];
@@ -259,7 +250,7 @@ __device__ __forceinline__ float2 pair_amax(const unsigned (&w)[NV][WORDS]) {
     for (int j = 0; j < NV; ++j)
 #pragma unroll
         for (int k = 0; k < WORDS; ++k) m0 = max_magnitude(m0, w[j][k]);
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
         const uint4 q = held[j * THREADS + threadIdx.x];

@@ -24,6 +24,7 @@
 // Launch: block (NT), grid (ceil(N / BN), ceil(M / BM)), dynamic shared memory STAGES * BK * (BM + 4 + BN) floats.
 
 #include "common.cuh"
+#include "../../_cuda/ptx.cuh"  // cp.async behind named functions
 
 #if !defined(NT) || !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || !defined(WN) || \
     !defined(WNITER) || !defined(TM) || !defined(TN) || !defined(STAGES) || !defined(MINBLOCKS)
@@ -43,23 +44,10 @@ static_assert(BK % 8 == 0 && (8 * BM) % NT == 0, "A copies: 8 lanes along k, NT 
 static_assert(TM % 4 == 0 && TN % 4 == 0, "float4 fragments");
 static_assert(STAGES >= 2, "at least one tile in flight");
 
-// cp.async with src-size: copies `ok ? size : 0` bytes and zero-fills the rest of the `size`-byte destination.
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool ok) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool ok) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int PENDING>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
-
 template <bool VEC>
 __device__ __forceinline__ void warptile(const float* __restrict__ A, const float* __restrict__ B,
                                          float* __restrict__ C, int M, int N, int K) {
-    extern __shared__ float4 smem4[];  // STAGES stages of STAGE floats
+    KW_DYNAMIC_SHARED(float4, smem4);  // STAGES stages of STAGE floats
     float* smem = reinterpret_cast<float*>(smem4);
     const int t = threadIdx.x, warp = t / 32, lane = t % 32;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -76,7 +64,7 @@ __device__ __forceinline__ void warptile(const float* __restrict__ A, const floa
         for (int i = 0; i < A_COPIES; ++i) {
             const int kk = a_k + 8 * (i % (BK / 8)), mm = a_m + (NT / 8) * (i / (BK / 8));
             const bool ok = m0 + mm < M && k0 + kk < K;
-            cp_async4(&As[kk * AS_LD + mm], ok ? A + (size_t)(m0 + mm) * K + k0 + kk : A, ok);
+            cp_async4_or_zero(&As[kk * AS_LD + mm], ok ? A + (size_t)(m0 + mm) * K + k0 + kk : A, ok);
         }
 #pragma unroll
         for (int i = 0; i < B_COPIES; ++i) {
@@ -86,10 +74,11 @@ __device__ __forceinline__ void warptile(const float* __restrict__ A, const floa
             const int left = N - n0 - b_c;  // columns of B from this float4 on
             float* dst = &Bs[r * BN + b_c];
             if (VEC) {
-                cp_async16(dst, row_ok && left > 0 ? src : B, row_ok && left > 0);
+                cp_async16_or_zero(dst, row_ok && left > 0 ? src : B, row_ok && left > 0);
             } else {
 #pragma unroll
-                for (int j = 0; j < 4; ++j) cp_async4(dst + j, row_ok && j < left ? src + j : B, row_ok && j < left);
+                for (int j = 0; j < 4; ++j)
+                    cp_async4_or_zero(dst + j, row_ok && j < left ? src + j : B, row_ok && j < left);
             }
         }
     };

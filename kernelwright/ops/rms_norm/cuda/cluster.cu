@@ -119,7 +119,7 @@ __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], fl
             }
         }
 #if SNV
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
 #pragma unroll 1
     for (int j = 0; j < SNV; ++j) {
         const uint4 h = held[j * THREADS + threadIdx.x];

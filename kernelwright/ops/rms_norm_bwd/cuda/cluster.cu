@@ -60,7 +60,7 @@ static_assert((TPR & (TPR - 1)) == 0 && TPR <= THREADS && THREADS % TPR == 0, "T
 static_assert(CLUSTER == 1 || TPR == THREADS, "a cluster holds one row a step");
 static_assert(CLUSTER >= 1 && CLUSTER <= 16 && STAGES >= 2, "cluster sizes 1..16, two stages at least");
 
-extern __shared__ uint4 ring[];  // [STAGES][NARR][NV][THREADS], then w's [NV][THREADS] (unless HOLD_W); after the
+KW_DYNAMIC_SHARED(uint4, ring);  // [STAGES][NARR][NV][THREADS], then w's [NV][THREADS] (unless HOLD_W); after the
                                  // loop, the partial sums' scratch
 
 __device__ __forceinline__ uint4* slot(int s, int a, int j) {
@@ -69,8 +69,7 @@ __device__ __forceinline__ uint4* slot(int s, int a, int j) {
 __device__ __forceinline__ uint4* wslot(int j) { return ring + (STAGES * NARR * NV + j) * THREADS + threadIdx.x; }
 
 __device__ __forceinline__ void copy16(uint4* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                 ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+    cp_async16(dst, src);
 }
 
 struct Rows {  // the arrays a step reads, with their row strides (elements)
@@ -94,7 +93,7 @@ __device__ __forceinline__ void fetch(int s, long long st, long long n_steps, co
             else if (st < n_steps)
                 *slot(s, a, j) = make_uint4(0u, 0u, 0u, 0u);
         }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
 }
 
 // 3. the row's two sums (see the header); `red`: [2][NWARPS] (TPR > 32), `cslot`: [2] (clusters)
@@ -187,7 +186,7 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
         else
             *wslot(j) = make_uint4(0u, 0u, 0u, 0u);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
 #define W_WORD(j, k) word(wq, k)
 #endif
     float dw[NV][WORDS][PER_WORD], db[NV][WORDS][PER_WORD];
@@ -212,7 +211,7 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
         const float rstd = rstd_next, mean = mean_next;
         rstd_next = stat(rstd_, st + ncl);
         if (CENTER) mean_next = stat(mean_, st + ncl);
-        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");  // this step's group has landed
+        cp_async_wait<STAGES - 1>();  // this step's group has landed
         // 2. pass 1
         float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
@@ -271,7 +270,7 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
         s = s + 1 == STAGES ? 0 : s + 1;
         parity ^= 1;
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");  // (the trailing groups: empty or zero-filled)
+    cp_async_wait<0>();  // (the trailing groups: empty or zero-filled)
 #if CLUSTER > 1
     cluster_arrive_relaxed();  // partners may still be reading this CTA's slot
     cluster_wait();

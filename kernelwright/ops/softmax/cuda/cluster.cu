@@ -61,9 +61,7 @@ static_assert(SNV == 0 || (VECTOR && !PERSISTENT), "shared-memory vectors: the o
 #define LOG2E 1.4426950408889634f
 
 __device__ __forceinline__ float ex2(float x) {  // 2^x; ex2(-inf) = +0
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
+    return ex2_approx(x);
 }
 
 
@@ -79,7 +77,7 @@ __device__ __forceinline__ float chunk_max(const unsigned (&w)[NV][WORDS]) {
 #pragma unroll
             for (int i = 0; i < PER_WORD; ++i) m = fmaxf(m, elem(w[j][k], i));
 #if SNV
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    cp_async_wait<0>();
 #pragma unroll
     for (int j = 0; j < SNV; ++j) {
         const uint4 q = held[j * THREADS + threadIdx.x];
@@ -229,12 +227,10 @@ __device__ __forceinline__ void stage_row(uint4* stage, const void* x_, long lon
     for (int j = 0; j < NV; ++j) {
         const int col = base + (j * THREADS + threadIdx.x) * VEC;
         if (row < n_rows && col < n_cols) {
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + j * THREADS + threadIdx.x);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(xr + (size_t)col * EB)
-                         : "memory");
+            cp_async16(stage + j * THREADS + threadIdx.x, xr + (size_t)col * EB);
         }
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
 }
 #endif
 
@@ -274,7 +270,7 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
     // STAGES buffers of NV * THREADS vectors; row k + s G goes to buffer s mod STAGES. One cp.async group is
     // committed per row (empty past the last row), so "all but the newest STAGES - 1 groups done" means this
     // row's copies are done.
-    extern __shared__ uint4 stage[];
+    KW_DYNAMIC_SHARED(uint4, stage);
     __shared__ float2 part[2];  // (max, sum) by row parity: a slot is rewritten two rows later, after every
                                 // partner has passed the barrier of the row between (so read this one)
     const int clusters = gridDim.x / CLUSTER;
@@ -284,7 +280,7 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
                                                n_rows, x_stride, base, n_cols);
     for (int it = 0; row < n_rows; row += clusters, ++it) {
         uint4* buf = stage + (it % STAGES) * NV * THREADS;
-        asm volatile("cp.async.wait_group %0;" ::"n"(STAGES - 1) : "memory");
+        cp_async_wait<STAGES - 1>();
 #pragma unroll
         for (int j = 0; j < NV; ++j) {
             const int col = base + (j * THREADS + tid) * VEC;
@@ -295,12 +291,12 @@ softmax_cluster(const void* __restrict__ x_, void* __restrict__ y_, int n_cols, 
         const float m = chunk_max(w);
         // m depends on every staged value this thread read: the copies issued next into the same buffer cannot
         // overwrite a slot before its read
-        asm volatile("" ::"f"(m) : "memory");
+        computed_before(m);
         stage_row(buf, x_, row + (long long)STAGES * clusters, n_rows, x_stride, base, n_cols);
         const float2 MS = trade(&part[it & 1], block_stats(w, m, red_max, red_sum));
         store_chunk(w, MS, y_, row, y_stride, base, n_cols);
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");  // (only empty groups can be left)
+    cp_async_wait<0>();  // (only empty groups can be left)
 #if CLUSTER > 1
     cluster_arrive_release();  // keep this CTA's `part` alive until every partner has read it
     cluster_wait();

@@ -1,0 +1,129 @@
+// Every piece of inline PTX the library's CUDA C kernels use, each behind one named function, so that a kernel
+// source holds no `asm` of its own. Compiled by NVRTC for the GPU, these are the PTX instructions; compiled as C++
+// by the CPU emulator (kernelwright.backends.emulate, which defines KW_EMULATE) they are its stand-ins, with the
+// same meaning: cp.async copies land when the thread waits for their group (not before), cluster barriers and
+// distributed shared memory work across the CTAs of a cluster.
+//
+// Dynamic shared memory is declared through KW_DYNAMIC_SHARED(type, name) for the same reason (`extern __shared__`
+// has no C++ spelling).
+#pragma once
+
+#ifndef KW_EMULATE
+#define KW_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+
+// --- conversions ------------------------------------------------------------------------------------------------
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ unsigned short f32_to_f16(float f) {  // round to nearest even
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ unsigned short f32_to_bf16(float f) {  // round to nearest even
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+__device__ __forceinline__ float ex2_approx(float x) {  // 2^x by MUFU.EX2, subnormals flushed; ex2(-inf) = +0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// --- thread-block clusters (PTX ISA 7.8+, sm_90) ----------------------------------------------------------------
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void fence_release_own_shared() {
+    // orders this thread's earlier writes to its own CTA's shared memory before its next (relaxed) arrive, for
+    // readers in the cluster (PTX 8.6, sm_90): a CTA-level MEMBAR, where arrive.release is a GPU-level one that
+    // also waits for the thread's earlier global stores (the previous row's y, in the persistent form)
+    asm volatile("fence.release.sync_restrict::shared::cta.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// the value at `local`'s offset in the shared memory of the cluster's CTA `rank` (distributed shared memory)
+__device__ __forceinline__ float2 load_remote(const float2* local, unsigned rank) {
+    unsigned addr = (unsigned)__cvta_generic_to_shared(local), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 load_remote4(const float4* local, unsigned rank) {
+    unsigned addr = (unsigned)__cvta_generic_to_shared(local), remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+    return v;
+}
+
+// --- global loads with cache hints ------------------------------------------------------------------------------
+// 16 bytes through the non-coherent path, not kept in L1 and first out of L2
+__device__ __forceinline__ uint4 load_evict_first(const uint4* p) {
+    uint4 q;
+    asm volatile("{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_first.b64 pol, 1.0;\n\t"
+                 "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol;\n\t}"
+                 : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(p));
+    return q;
+}
+
+// --- cp.async: global -> shared copies in flight until the issuing thread waits for their group -----------------
+// 16 bytes, L2 only. A macro, not a function: through a call, NVVM placed the copies of the rows kernels' unrolled
+// loads differently (their sm_90 SASS changed, session 20); written out in place, the code is what was measured.
+#define cp_async16(dst, src)                                                                   \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"                                   \
+                 ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
+// with src-size: copies `ok ? size : 0` bytes and zero-fills the rest of the `size`-byte destination
+__device__ __forceinline__ void cp_async16_or_zero(float* dst, const float* src, bool ok) {  // L2 only
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4_or_zero(float* dst, const float* src, bool ok) {  // through L1
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// until at most the newest PENDING committed groups of this thread are in flight
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory"); }
+
+// a compiler barrier that also keeps `v` computed before it (no instruction)
+__device__ __forceinline__ void computed_before(float v) { asm volatile("" ::"f"(v) : "memory"); }
+
+#else  // KW_EMULATE: the CPU emulator's stand-ins (kernelwright/backends/emulate/cuda_emu.h)
+#define KW_DYNAMIC_SHARED(T, name) static T*& name = reinterpret_cast<T*&>(kw_emu::dynamic_shared)
+
+inline float f16_to_f32(unsigned short h) { return kw_emu::f16_to_f32(h); }
+inline unsigned short f32_to_f16(float f) { return kw_emu::f32_to_f16(f); }
+inline unsigned short f32_to_bf16(float f) { return kw_emu::f32_to_bf16(f); }
+inline float ex2_approx(float x) { return kw_emu::ex2_ftz(x); }
+inline unsigned cluster_rank() { return kw_emu::cluster_rank(); }
+inline void cluster_arrive_release() { kw_emu::cluster_arrive(); }
+inline void cluster_arrive_relaxed() { kw_emu::cluster_arrive(); }
+inline void fence_release_own_shared() {}
+inline void cluster_wait() { kw_emu::cluster_wait(); }
+inline float2 load_remote(const float2* local, unsigned rank) { return kw_emu::load_remote(local, rank); }
+inline float4 load_remote4(const float4* local, unsigned rank) { return kw_emu::load_remote(local, rank); }
+inline uint4 load_evict_first(const uint4* p) { return *p; }
+inline void cp_async16(void* dst, const void* src) { kw_emu::cp_async(dst, src, 16, 16); }
+inline void cp_async16_or_zero(float* dst, const float* src, bool ok) { kw_emu::cp_async(dst, src, 16, ok ? 16 : 0); }
+inline void cp_async4_or_zero(float* dst, const float* src, bool ok) { kw_emu::cp_async(dst, src, 4, ok ? 4 : 0); }
+inline void cp_async_commit() { kw_emu::cp_async_commit(); }
+template <int PENDING>
+inline void cp_async_wait() { kw_emu::cp_async_wait(PENDING); }
+inline void computed_before(float) {}
+#endif
