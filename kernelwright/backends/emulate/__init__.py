@@ -17,6 +17,9 @@ runs the kernel here when handed CPU tensors::
     with cuda_on_cpu():
         y = rms.rms_norm_cluster(x, w, out=torch.empty_like(x))   # the sm_90 cluster kernel, on the CPU
 
+Inside the block the public ops take the CUDA rungs too (``variant="cluster"``), and ``variant=None`` may pick
+them where it would on an H200, since they now take CPU tensors.
+
 Results agree with the GPU's within fp32 rounding, not bit for bit (the GPU's approximate MUFU functions are exact
 here, and the host compiler contracts no multiply-adds). Speed: about a microsecond a thread per synchronisation
 point, so a test's rows, not a benchmark's. Compiled libraries are cached under ``$KW_CACHE_DIR/emu``.
