@@ -95,6 +95,24 @@ extern "C" __global__ void stuck(float* out) {
 }
 """
 
+# CTA b waits for CTA b + 1's flag (the last starts), then adds one to its value: a chain across the grid, against
+# the emulator's scheduling order (CTA 0 first). NEVER: every CTA waits on a flag nothing sets.
+CHAIN = r"""
+extern "C" __global__ void chain(unsigned* flags, float* vals, int never) {
+    const unsigned b = blockIdx.x, last = gridDim.x - 1;
+    if (threadIdx.x == 0) {
+        float v = 0.0f;
+        if (never) wait_until_equal_gpu(flags + b, 7u);
+        if (b < last) {
+            wait_until_equal_gpu(flags + b + 1, 1u);
+            v = vals[b + 1] + 1.0f;
+        }
+        vals[b] = v;
+        store_release_gpu(flags + b, 1u);
+    }
+}
+"""
+
 
 def kernel(body: str, name: str, **defines) -> nvrtc.CudaKernel:
     opts = nvrtc.CompileOptions(defines=tuple(f"{k}={v}" for k, v in defines.items()))
@@ -219,3 +237,26 @@ def test_public_ops_take_the_cuda_rungs_on_cpu_tensors_only_inside_the_emulator(
     assert (y.double() - ref).abs().max() < 0.05  # bf16 outputs of |y| < 8: within a few ulps
     with pytest.raises(Unavailable, match="needs a CUDA GPU"):
         ops.layer_norm(x, w, b, variant="cluster")
+
+
+def test_a_cooperative_launch_lets_ctas_wait_on_each_other():
+    k = kernel(CHAIN, "chain")
+    flags, vals = torch.zeros(6, dtype=torch.int32), torch.full((6,), float("nan"))
+    with cuda_on_cpu():
+        k.launch((6,), (64,), (flags, vals, 0), cooperative=True)
+    assert vals.tolist() == [5.0, 4.0, 3.0, 2.0, 1.0, 0.0] and flags.tolist() == [1] * 6
+    # one cluster at a time: CTA 0 spins on CTA 1, which cannot run before CTA 0 is done
+    with cuda_on_cpu(), pytest.raises(EmulatorError, match="a launch that is not cooperative runs one cluster"):
+        k.launch((6,), (64,), (torch.zeros(6, dtype=torch.int32), vals, 0))
+    with cuda_on_cpu(), pytest.raises(EmulatorError, match="deadlock: .* 6 spinning"):  # a flag nothing sets
+        k.launch((6,), (64,), (torch.zeros(6, dtype=torch.int32), vals, 1), cooperative=True)
+
+
+def test_clusters_inside_a_cooperative_launch():
+    k = kernel(CLUSTER_GATHER, "gather", KEEP="/**/", SIZE=4, WAIT_BEFORE_EXIT=1)
+    out = torch.full((8 * 4 * 2,), float("nan"))
+    with cuda_on_cpu():
+        k.launch((8,), (32,), (out,), cluster=4, cooperative=True)
+    got = out.view(8, 4, 2)
+    for b in range(8):
+        assert got[b].tolist() == [[float(r), float(b // 4 * 4 + r)] for r in range(4)]

@@ -231,21 +231,30 @@ class CudaKernel:
             self._nonportable.add(device)
 
     def _config(self, grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int, stream: int,
-                cluster: int) -> object:
+                cluster: int, cooperative: bool = False) -> object:
         """A ``CUlaunchConfig`` (for ``cuLaunchKernelEx`` and the cluster occupancy query); ``cluster`` > 0 sets
-        the cluster size at launch (kernels compiled without ``__cluster_dims__``)."""
+        the cluster size at launch (kernels compiled without ``__cluster_dims__``); ``cooperative``: the grid's
+        CTAs are co-resident or the launch fails (``CU_LAUNCH_ATTRIBUTE_COOPERATIVE``)."""
         drv = _drv
         cfg = drv.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (*grid, 1, 1)[:3]
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (*block, 1, 1)[:3]
         cfg.sharedMemBytes = shared_mem
         cfg.hStream = drv.CUstream(stream)
+        attrs = []
         if cluster:
             attr = drv.CUlaunchAttribute()
             attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
-            cfg.attrs = [attr]
-            cfg.numAttrs = 1
+            attrs.append(attr)
+        if cooperative:
+            attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            attr.value.cooperative = 1
+            attrs.append(attr)
+        if attrs:
+            cfg.attrs = attrs
+            cfg.numAttrs = len(attrs)
         return cfg
 
     def max_active_clusters(self, device: int, block: int, cluster: int, shared_mem: int = 0,
@@ -272,7 +281,7 @@ class CudaKernel:
             _check("cuCtxPopCurrent", drv.cuCtxPopCurrent())
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0,
-               cluster: int = 0) -> None:
+               cluster: int = 0, cooperative: bool = False) -> None:
         """Launch on the current PyTorch stream of the device of the first tensor in ``args``.
 
         Parameters
@@ -287,6 +296,10 @@ class CudaKernel:
         cluster : int
             The thread-block cluster size to launch with (``cuLaunchKernelEx``), for kernels compiled without
             ``__cluster_dims__``; sizes past the portable 8 are allowed on the function first. 0: none set here.
+        cooperative : bool
+            The grid's CTAs must all be resident at once (a cooperative launch, which fails rather than starts when
+            the GPU cannot hold them): for kernels whose CTAs wait on each other (``wait_until_equal_gpu``). Not
+            yet run on a GPU (session 20); the emulator's cooperative mode is tested.
         """
         import torch
 
@@ -294,7 +307,7 @@ class CudaKernel:
             from kernelwright.backends import emulate
 
             if emulate.active():
-                return emulate.launch(self, grid, block, args, shared_mem, cluster)
+                return emulate.launch(self, grid, block, args, shared_mem, cluster, cooperative)
         values, types = [], []
         device = None
         for i, a in enumerate(args):
@@ -330,8 +343,8 @@ class CudaKernel:
         try:
             self._allow(device, func, shared_mem, cluster)
             params = (tuple(values), tuple(types))
-            if cluster:
-                cfg = self._config((gx, gy, gz), (bx, by, bz), shared_mem, stream, cluster)
+            if cluster or cooperative:
+                cfg = self._config((gx, gy, gz), (bx, by, bz), shared_mem, stream, cluster, cooperative)
                 _check(self._launch_call, drv.cuLaunchKernelEx(cfg, func, params, 0))
             else:
                 _check(self._launch_call,

@@ -159,9 +159,10 @@ def build(source: str, name: str, defines: tuple[str, ...] = (), what: str = "<s
 
 
 def launch(kernel, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, shared_mem: int = 0,
-           cluster: int = 0) -> None:
+           cluster: int = 0, cooperative: bool = False) -> None:
     """Run :class:`~kernelwright.backends.nvrtc.CudaKernel` ``kernel`` in the emulator; ``args`` as for its
-    ``launch``, with CPU tensors (passed as their ``data_ptr()``)."""
+    ``launch``, with CPU tensors (passed as their ``data_ptr()``). ``cooperative``: every CTA of the grid is
+    scheduled together (otherwise one cluster at a time), so CTAs may wait on each other's flags."""
     import torch
 
     if shared_mem > SMEM_LIMIT:
@@ -195,6 +196,7 @@ def launch(kernel, grid: tuple[int, ...], block: tuple[int, ...], args: tuple, s
     err = ctypes.c_char_p()
     with _lock:  # the emulator's state is one per library and not reentrant
         rc = fn(("".join(kinds)).encode(), (ctypes.c_uint * 3)(*g3), (ctypes.c_uint * 3)(*b3),
-                ctypes.c_uint(cluster), ctypes.c_uint(shared_mem), argv, ctypes.byref(err))
+                ctypes.c_uint(cluster), ctypes.c_uint(shared_mem), ctypes.c_uint(int(bool(cooperative))), argv,
+                ctypes.byref(err))
     if rc != 0:
         raise EmulatorError(f"{kernel.name} ({kernel.what}): {err.value.decode() if err.value else 'failed'}")

@@ -4,7 +4,8 @@
 // with KW_EMULATE defined, so ops/_cuda/ptx.cuh gives its CPU stand-ins). Every CUDA thread of a cluster runs as
 // a fiber on one OS thread; a fiber runs until it reaches a synchronisation point (__syncthreads, a
 // warp shuffle, a cluster barrier's wait), and the scheduler resumes it once every thread the point names has
-// reached it. Clusters run one after another. What the emulator gives:
+// reached it. Clusters run one after another; a cooperative launch schedules every CTA of the grid together, so a
+// CTA may wait on a flag another CTA sets (wait_until_equal_gpu in ptx.cuh). What the emulator gives:
 //   - block, warp and cluster synchronisation with CUDA's meaning (exited threads count as arrived);
 //   - per-CTA shared memory: static `__shared__` variables live in their own section, swapped in and out when the
 //     scheduler moves between the CTAs of a cluster; dynamic shared memory is one buffer a CTA; both are filled
@@ -12,6 +13,8 @@
 //   - distributed shared memory (load_remote): the partner CTA's copy, and an error if that CTA has exited;
 //   - cp.async: a copy lands when its thread waits for its group (cp.async.wait_group), not before, so a read
 //     that skips the wait sees the poison, not the data;
+//   - a spin on a flag that nothing can set any more (every thread spinning, waiting or exited) is an error, as is
+//     a spin in a launch that is not cooperative once the other CTAs it may wait for cannot run;
 //   - errors (deadlock, a bad remote rank or address, a cluster wait without an arrive) stop the launch and come
 //     back as a message, naming the block and thread.
 // What it does not give: timing, memory-model races beyond the above (a fiber sees every write that happened
@@ -203,6 +206,7 @@ struct Fiber {
     State state = READY;
     unsigned shfl_mask = 0;
     long long shuffles = 0, arrives = 0, waits = 0, wait_for = 0;
+    bool spun = false;  // yielded from a spin-wait: not progress
     std::vector<Copy> open;                  // cp.async copies not yet committed
     std::vector<std::vector<Copy>> groups;   // committed groups, oldest first
 };
@@ -221,7 +225,7 @@ struct Cta {
 };
 struct Launch {
     std::function<void()> body;
-    unsigned nthreads = 0, smem = 0, cluster = 1;
+    unsigned nthreads = 0, smem = 0, cluster = 1, group = 1;  // group: CTAs scheduled together
     std::vector<Fiber> fibers;  // CTA-major
     std::vector<Cta> ctas;
     std::vector<unsigned char> dyn_all;
@@ -229,6 +233,7 @@ struct Launch {
     Context sched;
     Fiber* cur = nullptr;
     int cur_cta = -1;
+    bool spins = false;  // some thread spun this round
     std::string error;
 };
 inline Launch* g = nullptr;
@@ -280,7 +285,11 @@ inline T shuffle(unsigned mask, T v, int src) {
     std::memcpy(&r, &w.buf[slot][src], sizeof(T));
     return r;
 }
-inline unsigned cluster_rank() { return g->cur->cta; }
+inline unsigned cluster_rank() { return g->ctas[g->cur->cta].idx.x % g->cluster; }
+inline void spin() {
+    g->cur->spun = true;
+    yield();
+}
 inline void cluster_arrive() { ++g->cur->arrives; }
 inline void cluster_wait() {
     Fiber& f = *g->cur;
@@ -292,14 +301,15 @@ inline void cluster_wait() {
 template <class T>
 inline T load_remote(const T* local, unsigned rank) {
     if (rank >= g->cluster) fail("load_remote: rank " + std::to_string(rank) + " outside the cluster");
-    const Cta& other = g->ctas[rank];
+    const int me = g->cur->cta, at = me - (int)cluster_rank() + (int)rank;
+    const Cta& other = g->ctas[at];
     if (other.exited) fail("load_remote: CTA " + std::to_string(rank) + " of the cluster has exited");
     const unsigned char* p = reinterpret_cast<const unsigned char*>(local);
     const unsigned char* s0 = reinterpret_cast<const unsigned char*>(__start_kw_shared);
     const unsigned char* d0 = g->ctas[g->cur->cta].dyn;
     T v;
     if (s0 && p >= s0 && p + sizeof(T) <= s0 + statics_size()) {
-        std::memcpy(&v, (int)rank == g->cur_cta ? p : other.statics.data() + (p - s0), sizeof(T));
+        std::memcpy(&v, at == g->cur_cta ? p : other.statics.data() + (p - s0), sizeof(T));
     } else if (p >= d0 && p + sizeof(T) <= d0 + g->smem) {
         std::memcpy(&v, other.dyn + (p - d0), sizeof(T));
     } else {
@@ -371,6 +381,11 @@ inline bool run_cta(int c) {
             threadIdx = f.idx;
             context_switch(g->sched, f.ctx);
             if (!g->error.empty()) return true;
+            if (f.spun) {  // it will run again next pass; a spin is not progress
+                f.spun = false;
+                g->spins = true;
+                continue;
+            }
             moved = any = true;
             if (f.state == DONE && --t.live == 0) t.exited = true;
         }
@@ -400,13 +415,20 @@ inline bool run_cta(int c) {
 }
 
 // release the cluster barrier's waiters whose phase every live thread of the cluster has arrived at
-inline bool release_cluster() {
-    long long least = -1;
-    for (const Fiber& f : g->fibers)
-        if (f.state != DONE && (least < 0 || f.arrives < least)) least = f.arrives;
+inline bool release_clusters() {
+    const size_t per = (size_t)g->cluster * g->nthreads;
     bool moved = false;
-    for (Fiber& f : g->fibers)
-        if (f.state == AT_CLUSTER && f.wait_for < least) f.state = READY, moved = true;
+    for (size_t first = 0; first < g->fibers.size(); first += per) {
+        long long least = -1;
+        for (size_t i = first; i < first + per; ++i) {
+            const Fiber& f = g->fibers[i];
+            if (f.state != DONE && (least < 0 || f.arrives < least)) least = f.arrives;
+        }
+        for (size_t i = first; i < first + per; ++i) {
+            Fiber& f = g->fibers[i];
+            if (f.state == AT_CLUSTER && f.wait_for < least) f.state = READY, moved = true;
+        }
+    }
     return moved;
 }
 
@@ -415,18 +437,21 @@ inline std::string describe_deadlock() {
     for (const Fiber& f : g->fibers) ++counts[f.state];
     char s[200];
     std::snprintf(s, sizeof s, "deadlock: %d threads at __syncthreads, %d at a warp shuffle, %d at a cluster wait, "
-                  "%d exited", counts[AT_BLOCK], counts[AT_WARP], counts[AT_CLUSTER], counts[DONE]);
+                  "%d exited, %d spinning", counts[AT_BLOCK], counts[AT_WARP], counts[AT_CLUSTER], counts[DONE],
+                  counts[READY]);
     return s;
 }
 
-// one cluster: CTAs with block indices first .. first + cluster - 1 along x
-inline void run_cluster(uint3 first, dim3 block) {
-    const unsigned n = g->nthreads, C = g->cluster;
+// one scheduling group: the CTAs of linear block indices first .. first + group - 1 (x fastest): a cluster, or
+// for a cooperative launch the whole grid
+inline void run_group(unsigned first, dim3 block) {
+    const unsigned n = g->nthreads, C = g->group;
     const size_t ss = statics_size();
     for (unsigned c = 0; c < C; ++c) {
         Cta& t = g->ctas[c];
         t = Cta{};
-        t.idx = {first.x + c, first.y, first.z};
+        const unsigned b = first + c;
+        t.idx = {b % gridDim.x, b / gridDim.x % gridDim.y, b / (gridDim.x * gridDim.y)};
         t.statics.assign(ss, 0xff);
         t.dyn = g->dyn_all.data() + (size_t)c * ((g->smem + 127) / 128 * 128);
         std::memset(t.dyn, 0xff, g->smem);
@@ -443,6 +468,7 @@ inline void run_cluster(uint3 first, dim3 block) {
     }
     for (;;) {
         bool moved = false;
+        g->spins = false;
         for (unsigned c = 0; c < C; ++c) {
             if (g->ctas[c].exited) continue;
             swap_in((int)c);
@@ -450,14 +476,18 @@ inline void run_cluster(uint3 first, dim3 block) {
             swap_out((int)c);
             if (!g->error.empty()) return;
         }
-        moved |= release_cluster();
+        moved |= release_clusters();
         bool all_done = true;
         for (unsigned c = 0; c < C; ++c) all_done &= g->ctas[c].exited;
         if (all_done) return;
-        if (!moved) {
+        if (!moved) {  // nothing but spins (or nothing at all) this round: nothing can change any more
             g->error = describe_deadlock();
-            char where[80];
-            std::snprintf(where, sizeof where, " in the cluster of block (%u, %u, %u)", first.x, first.y, first.z);
+            char where[160];
+            std::snprintf(where, sizeof where, " among the %u CTAs from block (%u, %u, %u)%s", C,
+                          g->ctas[0].idx.x, g->ctas[0].idx.y, g->ctas[0].idx.z,
+                          g->spins && C < gridDim.x * gridDim.y * gridDim.z
+                              ? " (threads spin on a flag: a launch that is not cooperative runs one cluster at a time)"
+                              : "");
             g->error += where;
             return;
         }
@@ -503,7 +533,7 @@ inline void call(void (*k)(A...), void** args, std::index_sequence<I...>) {
 // argument kinds must match `kinds`; returns 0, or 1 with the message in *error (valid until the next launch)
 template <class... A>
 int launch(void (*k)(A...), const char* kinds, const unsigned* grid3, const unsigned* block3, unsigned cluster,
-           unsigned smem, void** args, const char** error) {
+           unsigned smem, unsigned cooperative, void** args, const char** error) {
     static Launch state;
     static std::string message;
     const char expected[] = {kind<A>()..., 0};
@@ -531,11 +561,12 @@ int launch(void (*k)(A...), const char* kinds, const unsigned* grid3, const unsi
     }
     Launch& L = state;
     L.body = [k, args] { call(k, args, std::index_sequence_for<A...>{}); };
-    L.nthreads = n, L.smem = smem, L.cluster = C;
-    L.fibers.resize((size_t)n * C);
-    L.ctas.assign(C, Cta{});
-    L.dyn_all.assign((size_t)C * ((smem + 127) / 128 * 128) + 128, 0);
-    const size_t stack_bytes = (size_t)n * C * STACK;
+    const unsigned blocks = grid.x * grid.y * grid.z, G = cooperative ? blocks : C;
+    L.nthreads = n, L.smem = smem, L.cluster = C, L.group = G;
+    L.fibers.resize((size_t)n * G);
+    L.ctas.assign(G, Cta{});
+    L.dyn_all.assign((size_t)G * ((smem + 127) / 128 * 128) + 128, 0);
+    const size_t stack_bytes = (size_t)n * G * STACK;
     void* stacks = mmap(nullptr, stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                         -1, 0);
     if (stacks == MAP_FAILED) {
@@ -547,9 +578,7 @@ int launch(void (*k)(A...), const char* kinds, const unsigned* grid3, const unsi
     L.error.clear();
     g = &L;
     blockDim = block, gridDim = grid;
-    for (unsigned z = 0; z < grid.z && L.error.empty(); ++z)
-        for (unsigned y = 0; y < grid.y && L.error.empty(); ++y)
-            for (unsigned x = 0; x < grid.x && L.error.empty(); x += C) run_cluster({x, y, z}, block);
+    for (unsigned b = 0; b < blocks && L.error.empty(); b += G) run_group(b, block);
     g = nullptr;
     munmap(stacks, stack_bytes);  // nothing of a launch stays resident between launches
     L.stacks = nullptr;
@@ -583,10 +612,10 @@ inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
     return kw_emu::shuffle(mask, v, (src & ~(width - 1)) == (lane & ~(width - 1)) ? src : lane);
 }
 
-// export a kernel: kw_launch_<name>(kinds, grid, block, cluster, smem, args, error)
+// export a kernel: kw_launch_<name>(kinds, grid, block, cluster, smem, cooperative, args, error)
 #define KW_EMU_EXPORT(name)                                                                                   \
     extern "C" __attribute__((visibility("default"))) int kw_launch_##name(                                 \
         const char* kinds, const unsigned* grid, const unsigned* block, unsigned cluster, unsigned smem,        \
-        void** args, const char** error) {                                                                     \
-        return kw_emu::launch(&name, kinds, grid, block, cluster, smem, args, error);                          \
+        unsigned cooperative, void** args, const char** error) {                                               \
+        return kw_emu::launch(&name, kinds, grid, block, cluster, smem, cooperative, args, error);              \
     }

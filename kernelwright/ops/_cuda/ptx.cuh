@@ -104,6 +104,21 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // a compiler barrier that also keeps `v` computed before it (no instruction)
 __device__ __forceinline__ void computed_before(float v) { asm volatile("" ::"f"(v) : "memory"); }
 
+// --- flags between the CTAs of a grid (they must be co-resident: a cooperative launch) ---------------------------
+__device__ __forceinline__ void store_release_gpu(unsigned* p, unsigned v) {  // earlier writes visible first
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {  // later reads see what came before
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+// spin until *p == v (acquire); a kernel waits on another CTA only through this (the emulator yields here)
+__device__ __forceinline__ void wait_until_equal_gpu(const unsigned* p, unsigned v) {
+    while (load_acquire_gpu(p) != v) {
+    }
+}
+
 #else  // KW_EMULATE: the CPU emulator's stand-ins (kernelwright/backends/emulate/cuda_emu.h)
 #define KW_DYNAMIC_SHARED(T, name) static T*& name = reinterpret_cast<T*&>(kw_emu::dynamic_shared)
 
@@ -126,4 +141,9 @@ inline void cp_async_commit() { kw_emu::cp_async_commit(); }
 template <int PENDING>
 inline void cp_async_wait() { kw_emu::cp_async_wait(PENDING); }
 inline void computed_before(float) {}
+inline void store_release_gpu(unsigned* p, unsigned v) { *static_cast<volatile unsigned*>(p) = v; }
+inline unsigned load_acquire_gpu(const unsigned* p) { return *static_cast<const volatile unsigned*>(p); }
+inline void wait_until_equal_gpu(const unsigned* p, unsigned v) {
+    while (load_acquire_gpu(p) != v) kw_emu::spin();
+}
 #endif
