@@ -145,3 +145,102 @@ def test_which_kernel_ran_and_many_rows(cuda_dev):
     assert run(x, x.clone(), torch.randn(4096, device=cuda_dev).bfloat16())[0] == "fused"
     x = torch.randn(2, 65537, device=cuda_dev).bfloat16()[:, 1:]
     assert run(x, x.clone(), torch.randn(65536, device=cuda_dev).bfloat16())[0] == "split"
+
+
+# --- GLOBAL_FROM: the row's sums traded through global memory (GROUP in cuda/cluster.cu), an experiment switch ---
+def test_global_exchange_launch_shapes(monkeypatch):
+    bf16, fp32 = 2, 4
+    monkeypatch.setattr(bc, "GLOBAL_FROM", 16)
+    cfg = bc.bwd_config(262144, bf16)
+    assert (cfg.cluster, cfg.group, cfg.span, cfg.tpr) == (1, 16, 16, 512)
+    assert bc.bwd_config(65536, bf16).cluster == 4 and bc.bwd_config(65536, bf16).group == 1  # below the switch
+    assert bc.bwd_config(131072, fp32).group == 16
+    monkeypatch.setattr(bc, "GLOBAL_FROM", 2)
+    assert bc.bwd_config(32776, bf16).group == 3  # any number of CTAs, not only a cluster size
+    assert bc.bwd_config(16384, bf16).group == 1  # one CTA a row: nothing to trade
+    assert bc.launch_cluster(bc.bwd_config(65536, bf16)) == 1  # clusters of one (the driver's count is CTAs)
+    assert "GROUP=4" in bc.options(bc.bwd_config(65536, bf16), torch.bfloat16, False, False, False).defines
+    monkeypatch.setattr(bc, "GLOBAL_FROM", 0)
+    assert not any(d.startswith("GROUP") for d in bc.options(bc.bwd_config(65536, bf16), torch.bfloat16, False,
+                                                             False, False).defines)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_global_exchange_compiles_for_sm90(monkeypatch, name):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    monkeypatch.setattr(bc, "GLOBAL_FROM", 2)
+    center, dh = FLAGS[name]
+    for n, dtype in ((65536, torch.bfloat16), (262144, torch.bfloat16), (131072, torch.float32)):
+        art = bc.artifact(n, dtype, center, dh)
+        assert art["config"].group > 1
+        rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
+        assert rep.registers <= 128 and rep.stack_bytes == 0, (n, rep.registers, rep.stack_bytes)
+        assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 0, "no cluster barrier"
+        assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
+
+
+@pytest.fixture
+def global_exchange(cuda_dev, monkeypatch):
+    """GLOBAL_FROM on for rows of 2 CTAs or more; emulated, a "GPU" that holds 32 CTAs (two groups of 16)."""
+    monkeypatch.setattr(bc, "GLOBAL_FROM", 2)
+    if cuda_dev == "cpu":
+        from kernelwright.backends import emulate
+
+        with emulate.cuda_on_cpu(resident=32):
+            yield cuda_dev
+    else:
+        yield cuda_dev
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_global_exchange_matches_float64(global_exchange, name):
+    dev = global_exchange
+    fam = get_family(name)
+    shapes = [((r, n), {}) for n in (32776, 65536, 262144) for r in _rows(n, dev)]
+    shapes.append(((3, 65536), {"offset": True}) if name != "layer_norm_bwd" else ((2, 3, 65536), {}))
+    results = verify(fam, [fam.rung("cluster")], [torch.bfloat16, torch.float32], device=dev, shapes=shapes,
+                     layouts=("contiguous",))
+    assert len(results) == 2 * len(shapes)
+    bad = [r for r in results if not r.ok]
+    assert not bad, "\n".join(f"{r.shape} {r.dtype} seed={r.seed}: {r.reason}" for r in bad[:10])
+
+
+def test_global_exchange_runs_cooperative_and_leaves_its_slots_zeroed(global_exchange):
+    dev = global_exchange
+    gen = torch.Generator(dev).manual_seed(5)
+    rows = 300 if dev == "cuda" else 9  # emulated: 8 groups of 4 CTAs, two turns of the loop for some
+    x = torch.randn(rows, 65536, device=dev, generator=gen).bfloat16()
+    dy = torch.randn(rows, 65536, device=dev, generator=gen).bfloat16()
+    w = torch.randn(65536, device=dev, generator=gen).bfloat16()
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+    outs = []
+    for _ in range(3):  # the slots zeroed by each launch are what the next one starts from
+        dx, dw = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
+        assert bc.norm_backward_cluster(x, w, dy, rstd, dx=dx, dw=dw) == "cluster"
+        outs.append((dx, dw))
+    ref_dx, ref_dw = get_family("rms_norm_bwd").reference(x.double(), w.double(), dy.double(), rstd.double())
+    assert torch.allclose(outs[0][0].double(), ref_dx, rtol=2e-2, atol=2e-2 * ref_dx.abs().max().item())
+    assert torch.allclose(outs[0][1].double(), ref_dw, rtol=2e-2, atol=2e-2 * ref_dw.abs().max().item())
+    for dx, dw in outs[1:]:
+        assert torch.equal(dx, outs[0][0]) and torch.equal(dw, outs[0][1])  # a fixed order: the same bits
+    slots = [t for (d, _), t in bc._slots.items() if d == str(x.device)]
+    # the counter and every tag back to 0 (the sums stay: a tag of 0 matches no step)
+    assert slots and all(int(t[0]) == 0 and int(t[4:].view(-1, 4)[:, 2].count_nonzero()) == 0 for t in slots)
+    assert any(int(t[4:].count_nonzero()) > 0 for t in slots)  # the launches did write them
+    if dev == "cpu":
+        from kernelwright.backends import emulate
+
+        name, grid, _, cluster = emulate.launched[-1]
+        assert grid[0] == 32 and cluster == 0  # 8 groups of 4 on the "GPU"'s 32 CTAs
+
+
+def test_global_exchange_without_room_for_a_group_goes_to_split(cuda_dev, monkeypatch):
+    if cuda_dev != "cpu":
+        pytest.skip("the emulator's small GPU: 2 CTAs at once, less than a group of 16")
+    monkeypatch.setattr(bc, "GLOBAL_FROM", 2)
+    x = torch.randn(2, 262144).bfloat16()
+    dx, dw = torch.empty_like(x), torch.empty(262144, dtype=torch.bfloat16)
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
+    assert bc.norm_backward_cluster(x, x[0].clone(), x.clone(), rstd, dx=dx, dw=dw) == "split"

@@ -48,6 +48,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh narrowtile   # the fused tile at 65536 x 1024 to one warp a row
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh sumfirst     # the fused forward's FUSED_SUM_FIRST: tests, off /
 #                                                                # on, peers (session 19, not yet run; carry .whl)
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh gx           # the norm backward's global exchange
+#                                                                # (GLOBAL_FROM, session 21): tests, off / on
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -403,6 +405,22 @@ case "${1:-fwd}" in
     done
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ln_*.csv) 2>/dev/null
     grep -E "│ (layer|rms|add_rms)_norm|^   \(|TB/s" "$LOG" | cut -c1-100
+    ;;
+  gx)
+    # session 21, not yet run: the norm backward's cluster rung with the row's sums traded through global memory
+    # (rms_norm_bwd.cuda.GLOBAL_FROM: rows of at least that many CTAs; clusters of one, a cooperative grid of whole
+    # groups: 262144 bf16 columns 8 groups of 16 on 128 SMs against 7 clusters of 16 on 112; 65536 33 groups of 4
+    # against 30 clusters). Its GPU tests (float64, two runs bit for bit, the slots left zeroed), then off / 16 / 2,
+    # twice, each in its own process, cluster rung only. About 4 minutes with the start.
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k global
+    grep -E "passed|failed" "$LOG" | tail -1
+    for g in 0 16 2 0 16 2; do
+      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm_bwd.cuda.GLOBAL_FROM=$g -- \
+        bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 --sizes 4096x65536,1024x262144 \
+        --variant cluster --no-peers --max-seconds 0.3
+      echo "   (GLOBAL_FROM=$g)" | tee -a "$LOG"
+    done
+    grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
     ;;
   sumfirst)
     # session 19, not yet run: the fused forward's statistic as torch.compile's (one single-operand sum of unscaled

@@ -80,6 +80,14 @@ template <class T>
 inline T __ldg(const T* p) { return *p; }
 template <class T>
 inline void __stcs(T* p, T v) { *p = v; }
+// every fiber runs on one OS thread: atomics are plain read-modify-writes, fences order nothing more
+template <class T>
+inline T atomicAdd(T* p, T v) {
+    const T old = *p;
+    *p = old + v;
+    return old;
+}
+inline void __threadfence() {}
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __frsqrt_rn(float x) { return 1.0f / std::sqrt(x); }
 inline float __fsqrt_rn(float x) { return std::sqrt(x); }

@@ -49,6 +49,12 @@ registers: holding it spills 16-256 bytes a thread (layer norm at 1024 columns t
 65536 / 1024 x 262144): held, rms 3.47 / 2.99 and layer norm 3.36 / 2.86, against 2.96 / 2.51 and 2.39 / 1.75 with w
 read from L1 in each pass (that path, since replaced by the shared-memory copy: the staged x and dy leave L1 little
 room, and each pass waited on L2 for w)."""
+GLOBAL_FROM = 0
+"""Experiment switch (0: off): rows that take at least this many CTAs trade their sums through global memory
+instead of a cluster's DSMEM (``GROUP`` in ``cuda/cluster.cu``): clusters of one, any ``span`` CTAs of the grid
+make a row, and the grid is a cooperative launch of as many whole groups as the GPU holds CTAs (262144 bf16
+columns: 8 groups of 16 on an H200's 132 SMs, 128 busy, against 7 clusters of 16 on 112). Written in session 21 and
+checked on the CPU emulator; its speed is the GPU's question (``benchmarks/h200/ops.sh gx``)."""
 MAX_CLUSTER = 16
 MAX_COLS = 262144
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -61,10 +67,16 @@ class BwdConfig:
     tpr: int  # threads a row
     nv: int  # 16-byte vectors a thread a row
     stages: int
+    group: int = 1  # CTAs a row trading through global memory (cluster 1 then; 1: none)
 
     @property
     def rows_a_step(self) -> int:
         return self.threads // self.tpr
+
+    @property
+    def span(self) -> int:
+        """CTAs a row."""
+        return self.cluster * self.group
 
 
 SMEM_LIMIT = 227 * 1024  # dynamic shared memory a CTA may take on sm_90
@@ -94,6 +106,8 @@ def bwd_config(n_cols: int, elt: int, dh: bool = False, center: bool = False) ->
     tpr = 1 << max(0, (need - 1).bit_length()) if c == 1 else THREADS
     while stages > 2 and smem_bytes(BwdConfig(c, THREADS, tpr, nv, stages), dh) > SMEM_LIMIT:
         stages -= 1
+    if GLOBAL_FROM and c > 1 and c >= GLOBAL_FROM:
+        return BwdConfig(1, THREADS, tpr, nv, stages, group=c)
     return BwdConfig(c, THREADS, tpr, nv, stages)
 
 
@@ -112,6 +126,8 @@ def options(cfg: BwdConfig, dtype: torch.dtype, center: bool, dh: bool, offset: 
     defines = {"DTYPE": _DTYPES[dtype], "THREADS": cfg.threads, "TPR": cfg.tpr, "CLUSTER": cfg.cluster,
                "NV": cfg.nv, "STAGES": cfg.stages, "CENTER": int(center), "DH": int(dh), "OFFSET": int(offset),
                "HINTS": int(HINTS), "HOLD_W": int(HOLD_W)}
+    if cfg.group > 1:
+        defines["GROUP"] = cfg.group
     return nvrtc.CompileOptions(defines=tuple(f"{k}={v}" for k, v in defines.items()))
 
 
@@ -129,8 +145,11 @@ _resident: dict[tuple, int] = {}  # (kernel, device, config, dh) -> clusters the
 
 
 def resident(k: nvrtc.CudaKernel, device: int, cfg: BwdConfig, dh: bool) -> int:
-    """Clusters of ``cfg`` the GPU holds at once, by the driver (0: none, e.g. a cluster size it refuses)."""
+    """Clusters of ``cfg`` the GPU holds at once, by the driver (0: none, e.g. a cluster size it refuses); for a
+    global-exchange config (``cfg.group`` > 1) the CTAs it holds (clusters of one)."""
     key = (id(k), device, cfg, dh)
+    if device < 0:  # the CPU emulator: its answer changes with cuda_on_cpu(resident=), and costs nothing
+        return k.max_active_clusters(device, cfg.threads, cfg.cluster, smem_bytes(cfg, dh))
     if key not in _resident:
         try:
             _resident[key] = k.max_active_clusters(device, cfg.threads, cfg.cluster, smem_bytes(cfg, dh),
@@ -183,7 +202,10 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
         tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
         return fallback
     steps = -(-n_rows // cfg.rows_a_step)
-    clusters = min(steps, held)
+    clusters = min(steps, held // cfg.group)  # row groups: clusters, or groups of CTAs trading through memory
+    if clusters <= 0:
+        tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
+        return fallback
     pw = torch.empty((clusters, n_cols), dtype=torch.float32, device=x.device)
     pb = torch.empty_like(pw) if center else pw
     rstd = rstd.reshape(-1).contiguous()
@@ -191,12 +213,35 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
     h2 = dh2 if dh2 is not None else dy2
     args = (x2, w, dy2, h2, mean, rstd, dx2, pw, pb, n_rows, n_cols, x2.stride(0), dy2.stride(0), h2.stride(0),
             dx2.stride(0), 1.0 / n_cols)
-    k.launch((clusters * cfg.cluster,), (cfg.threads,), args, shared_mem=smem_bytes(cfg, dh is not None),
-             cluster=launch_cluster(cfg))
+    if cfg.group > 1:
+        k.launch((clusters * cfg.group,), (cfg.threads,), args + (exchange_slots(x.device, clusters * cfg.group),),
+                 shared_mem=smem_bytes(cfg, dh is not None), cooperative=True)
+    else:
+        k.launch((clusters * cfg.cluster,), (cfg.threads,), args, shared_mem=smem_bytes(cfg, dh is not None),
+                 cluster=launch_cluster(cfg))
     tb._sum_partials(pw, dw)
     if center:
         tb._sum_partials(pb, db)
     return "cluster"
+
+
+_slots: dict[tuple, torch.Tensor] = {}  # (device, stream) -> the global-exchange kernels' slots
+
+
+def exchange_slots(device: torch.device, ctas: int) -> torch.Tensor:
+    """Zeroed slots for a global-exchange launch of ``ctas`` CTAs (``GROUP`` in ``cuda/cluster.cu``): word 0 a
+    counter, then 4 words a CTA and parity. The kernel leaves them zeroed, so one buffer serves every launch on a
+    stream (launches on it run in order); each (device, stream) has its own, and a CUDA graph being captured gets a
+    new one (its zero fill captured with it)."""
+    words = 4 + ctas * 2 * 4
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if capturing:
+        return torch.zeros(words, dtype=torch.int32, device=device)
+    key = (str(device), torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    have = _slots.get(key)
+    if have is None or have.numel() < words:
+        have = _slots[key] = torch.zeros(words, dtype=torch.int32, device=device)
+    return have
 
 
 # --- the three families' rungs ---------------------------------------------------------------------------------------
@@ -238,7 +283,7 @@ def artifact(n_cols: int, dtype: torch.dtype, center: bool = False, dh: bool = F
     steps = -(-rows // cfg.rows_a_step)
     return {"kernel": "norm_bwd_cluster", "cubin": kernel(cfg, dtype, center, dh, offset).cubin,
             "threads_per_block": cfg.threads, "dynamic_smem": smem_bytes(cfg, dh),
-            "grid": (min(steps, 132 // cfg.cluster) * cfg.cluster, 1, 1), "config": cfg}
+            "grid": (min(steps, 132 // cfg.span) * cfg.span, 1, 1), "config": cfg}
 
 
 def inspect_artifacts_for(center: bool, dh: bool):
@@ -251,8 +296,9 @@ def inspect_artifacts_for(center: bool, dh: bool):
         cfg = art["config"]
         return [Artifact(kernel=art["kernel"], cubin=art["cubin"], threads_per_block=art["threads_per_block"],
                          dynamic_smem=art["dynamic_smem"], grid=art["grid"], source=str(SOURCE),
-                         note=f"NVRTC, sm_90; {cfg.cluster} CTAs a row, {cfg.rows_a_step} rows a CTA a step, "
-                              f"{cfg.stages} stages")]
+                         note=f"NVRTC, sm_90; {cfg.span} CTAs a row"
+                              f"{' (a global exchange)' if cfg.group > 1 else ''}, {cfg.rows_a_step} rows a CTA "
+                              f"a step, {cfg.stages} stages")]
     return inspect_artifacts
 
 

@@ -232,7 +232,7 @@ def launch(x2: torch.Tensor, y2: torch.Tensor) -> None:
         kernel = _kernel(cfg, x2.dtype)
         device = device_index(x2.device)
         key = (device, cfg, x2.dtype)
-        if key not in _resident:
+        if key not in _resident or device < 0:  # (the CPU emulator's answer follows cuda_on_cpu(resident=))
             # the driver's count knows how the GPCs split the SMs (run 52: the arithmetic's 16 clusters of 8 at
             # 262144 bf16 columns ran as two waves, 1.6 TB/s)
             _resident[key] = max(1, kernel.max_active_clusters(device, cfg.threads, cfg.cluster, stage_bytes(cfg),

@@ -27,9 +27,20 @@
 // fixed order (no atomics: bitwise reproducible for a given grid). 16-byte path only (widths a multiple of the
 // vector, rows 16-byte aligned); the launcher takes the split rung's kernel elsewhere.
 //
+// GROUP > 1 (clusters of one): a row's CTAs are GROUP consecutive blocks of the grid (rank = blockIdx.x % GROUP)
+// that trade their two sums through global memory instead of DSMEM, so any GROUP CTAs make a row and the grid is
+// not bound to the GPCs' cluster placement (262144 bf16 columns: 8 groups of 16 on 128 SMs, against 7 clusters of
+// 16 on 112). Each CTA has a 16-byte slot a parity in `xch_` (s1, s2, tag): thread 0 writes the sums, then the
+// tag (the group's step count + 1) with a release store; warp 0's lane c waits for CTA c's tag (acquire), the warp
+// sums the GROUP partials in rank order (the same bits in every CTA) and hands them to the CTA through shared
+// memory. A slot of one parity is written again two steps on, after its writer has seen every partner's tag of the
+// step between, which each partner published after reading this one. The last CTA to finish (a counter in word 0)
+// zeroes the tags, so the next launch starts clean (a CUDA graph's replays too). Every CTA of the grid must be
+// resident at once: the launcher makes it a cooperative launch, which fails rather than hangs when they are not.
+//
 // Defines: DTYPE (0 fp32, 1 fp16, 2 bf16), THREADS, TPR (threads a row, a power of two; = THREADS when CLUSTER >
-// 1), CLUSTER (1..16; past 8 set at launch), NV (16-byte vectors a thread a row), STAGES (>= 2), CENTER, DH,
-// OFFSET, HINTS (streaming stores of dx), HOLD_W.
+// 1), CLUSTER (1..16; past 8 set at launch), GROUP (CTAs a row trading through global memory; 1: none), NV (16-byte
+// vectors a thread a row), STAGES (>= 2), CENTER, DH, OFFSET, HINTS (streaming stores of dx), HOLD_W.
 
 #if !defined(DTYPE) || !defined(THREADS) || !defined(TPR) || !defined(CLUSTER) || !defined(NV) || !defined(STAGES)
 #error "compile with -DDTYPE= -DTHREADS= -DTPR= -DCLUSTER= -DNV= -DSTAGES="
@@ -47,6 +58,9 @@
 #ifndef HOLD_W
 #define HOLD_W 0  // w' in registers, not shared memory
 #endif
+#ifndef GROUP
+#define GROUP 1
+#endif
 
 #include "../../_cuda/rows.cuh"  // element formats, cluster primitives, warp sums, 16-byte stores
 
@@ -59,6 +73,8 @@ static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 t
 static_assert((TPR & (TPR - 1)) == 0 && TPR <= THREADS && THREADS % TPR == 0, "TPR: a power of two");
 static_assert(CLUSTER == 1 || TPR == THREADS, "a cluster holds one row a step");
 static_assert(CLUSTER >= 1 && CLUSTER <= 16 && STAGES >= 2, "cluster sizes 1..16, two stages at least");
+static_assert(GROUP == 1 || (CLUSTER == 1 && TPR == THREADS && GROUP <= 32), "GROUP: CTAs of one row, clusters of 1");
+#define SPAN (CLUSTER * GROUP)   // CTAs a row
 
 KW_DYNAMIC_SHARED(uint4, ring);  // [STAGES][NARR][NV][THREADS], then w's [NV][THREADS] (unless HOLD_W); after the
                                  // loop, the partial sums' scratch
@@ -96,15 +112,32 @@ __device__ __forceinline__ void fetch(int s, long long st, long long n_steps, co
     cp_async_commit();
 }
 
+#if GROUP > 1
+// the group's exchange slots in `xch_` (32-bit words): word 0 the finished-CTA counter, then 4 words (s1, s2, tag,
+// unused) for each (group, rank, parity)
+__device__ __forceinline__ unsigned* xslot(unsigned* xch, long long group, int rank, int parity) {
+    return xch + 4 + ((group * GROUP + rank) * 2 + parity) * 4;
+}
+struct Exchange {  // where this CTA publishes and reads (`gsum`: warp 0's totals for the CTA, [2])
+    unsigned* mine;
+    unsigned* row;  // rank 0's slots
+    unsigned tag;
+    float2* gsum;
+};
+#else
+struct Exchange {};
+#endif
+
 // 3. the row's two sums (see the header); `red`: [2][NWARPS] (TPR > 32), `cslot`: [2] (clusters)
-__device__ __forceinline__ float2 row_sums(float s1, float s2, int parity, float2* red, float2* cslot) {
+__device__ __forceinline__ float2 row_sums(float s1, float s2, int parity, float2* red, float2* cslot,
+                                           const Exchange& ex) {
 #if TPR <= 32
 #pragma unroll
     for (int o = TPR / 2; o > 0; o >>= 1) {
         s1 += __shfl_xor_sync(0xffffffffu, s1, o);
         if (CENTER) s2 += __shfl_xor_sync(0xffffffffu, s2, o);
     }
-    (void)parity, (void)red, (void)cslot;
+    (void)parity, (void)red, (void)cslot, (void)ex;
     return make_float2(s1, s2);
 #else
     s1 = warp_sum(s1);
@@ -132,8 +165,31 @@ __device__ __forceinline__ float2 row_sums(float s1, float s2, int parity, float
     const float2 p = lane < CLUSTER ? load_remote(cslot + parity, lane) : make_float2(0.0f, 0.0f);
     t.x = warp_sum(p.x);
     if (CENTER) t.y = warp_sum(p.y);
-#else
+#elif GROUP > 1
     (void)cslot;
+    if (threadIdx.x == 0) {
+        unsigned* m = ex.mine + parity * 4;
+        m[0] = __float_as_uint(t.x), m[1] = __float_as_uint(t.y);
+        store_release_gpu(m + 2, ex.tag);  // the sums before the tag
+    }
+    if (threadIdx.x < 32) {
+        const unsigned lane = threadIdx.x;
+        float2 p = make_float2(0.0f, 0.0f);
+        if (lane < GROUP) {
+            const unsigned* o = ex.row + (lane * 2 + parity) * 4;
+            wait_until_equal_gpu(o + 2, ex.tag);  // acquire: the sums written before it are seen
+            p = make_float2(__uint_as_float(o[0]), __uint_as_float(o[1]));
+        }
+        p.x = warp_sum(p.x);
+        if (CENTER) p.y = warp_sum(p.y);
+        if (lane == 0) ex.gsum[parity] = p;
+    }
+    // gsum[parity] is written again two steps on, after the next step's barriers, which every thread passes after
+    // reading it here
+    __syncthreads();
+    t = ex.gsum[parity];
+#else
+    (void)cslot, (void)ex;
 #endif
     return t;
 #endif
@@ -149,13 +205,24 @@ __launch_bounds__(THREADS, 1)
 norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const void* __restrict__ dy_,
                  const void* __restrict__ dh_, const float* __restrict__ mean_, const float* __restrict__ rstd_,
                  void* __restrict__ dx_, float* __restrict__ pw_, float* __restrict__ pb_, int n_rows, int n_cols,
-                 int x_stride, int dy_stride, int dh_stride, int dx_stride, float inv_n) {
+                 int x_stride, int dy_stride, int dh_stride, int dx_stride, float inv_n
+#if GROUP > 1
+                 , unsigned* xch_
+#endif
+) {
     __shared__ float2 red[2 * NWARPS];
     __shared__ float2 cslot[2];
     const int tid = threadIdx.x, tr = tid % TPR;
-    const int base = CLUSTER > 1 ? (int)cluster_rank() * CHUNK : 0;
+    const int rank = CLUSTER > 1 ? (int)cluster_rank() : GROUP > 1 ? (int)(blockIdx.x % GROUP) : 0;
+    const int base = rank * CHUNK;
     const int col0 = base + tr * VEC;  // column of access 0; access j adds j * TPR * VEC
-    const long long cid = blockIdx.x / CLUSTER, ncl = gridDim.x / CLUSTER;
+    const long long cid = blockIdx.x / SPAN, ncl = gridDim.x / SPAN;  // this CTA's row group; groups
+#if GROUP > 1
+    __shared__ float2 gsum[2];
+    Exchange ex{xslot(xch_, cid, rank, 0), xslot(xch_, cid, 0, 0), 0u, gsum};
+#else
+    const Exchange ex{};
+#endif
     const long long n_steps = (n_rows + RPS - 1) / RPS;
     Rows r;
     r.p[0] = static_cast<const unsigned char*>(x_), r.stride[0] = x_stride;
@@ -231,7 +298,10 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
                 }
         }
         // 3.
-        const float2 t = row_sums(s1, s2, parity, red, cslot);
+#if GROUP > 1
+        ++ex.tag;  // this step's: 1, 2, ... (the slots hold 0 between launches)
+#endif
+        const float2 t = row_sums(s1, s2, parity, red, cslot, ex);
         const float c1 = t.x * inv_n, c2 = CENTER ? t.y * inv_n : 0.0f;
         // 4. pass 2
         const long long row = st * RPS + tid / TPR;
@@ -274,6 +344,15 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
 #if CLUSTER > 1
     cluster_arrive_relaxed();  // partners may still be reading this CTA's slot
     cluster_wait();
+#elif GROUP > 1
+    __syncthreads();  // warp 0's reads of the slots are done
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(xch_, 1u) == gridDim.x - 1) {  // the last CTA out: every slot has been read
+            for (long long i = 0; i < ncl * GROUP * 2; ++i) xch_[4 + i * 4 + 2] = 0u;
+            xch_[0] = 0u;
+        }
+    }
 #endif
     // the partial rows: this CTA's columns, summed over its row groups in a fixed order
     float* pr[2] = {pw_ + cid * n_cols, pb_ + cid * n_cols};
