@@ -68,12 +68,11 @@ class Rung:
         return self.limit(size, kwargs) if self.limit else None
 
     def unavailable_reason(self) -> str | None:
-        dev = runtime.current_device()
-        if self.backend == "cuda" and dev == "cpu":
-            from kernelwright.backends import emulate
+        from kernelwright.ops._validate import emulated
 
-            if emulate.active():
-                return None  # CUDA C on the CPU, through the emulator
+        dev = runtime.current_device()
+        if emulated(self.backend, dev):
+            return None  # CUDA C on the CPU, through the emulator
         if self.needs == "cuda" and dev != "cuda":
             return f"{self.name}: needs a CUDA GPU (running on {dev})"
         if self.needs == "hopper" and not runtime.is_hopper():

@@ -60,14 +60,18 @@ def runs_on(backend: str, device_type: str) -> str | None:
             return "this process runs Triton through the CPU interpreter; CUDA tensors need a process without " \
                    "TRITON_INTERPRET=1"
         return None
-    if backend == "cuda" and device_type == "cpu" and _emulating():
+    if emulated(backend, device_type):
         return None  # CUDA C on the CPU emulator
     if backend in ("cuda", "gluon") and device_type != "cuda":  # gluon: Triton's dialect with no interpreter
         return "needs a CUDA GPU (inputs are on the CPU)"
     return None
 
 
-def _emulating() -> bool:
+def emulated(backend: str, device_type: str) -> bool:
+    """Whether a rung of ``backend`` runs on ``device_type`` through the CPU emulator (CUDA C with CPU tensors
+    inside :func:`kernelwright.backends.emulate.cuda_on_cpu`)."""
+    if backend != "cuda" or device_type != "cpu":
+        return False
     from kernelwright.backends import emulate
 
     return emulate.active()
@@ -76,8 +80,7 @@ def _emulating() -> bool:
 def _cannot_run(rung, device_type: str) -> str | None:
     """Why ``rung`` cannot take tensors on ``device_type`` here (its backend, or a Hopper-only rung elsewhere)."""
     why = runs_on(rung.backend, device_type)
-    emulated = rung.backend == "cuda" and device_type == "cpu"  # (runs_on allowed it: the emulator is on)
-    if why is None and rung.needs == "hopper" and not emulated and not runtime.is_hopper():
+    if why is None and rung.needs == "hopper" and not emulated(rung.backend, device_type) and not runtime.is_hopper():
         why = "needs a Hopper GPU (sm_90)"
     return why
 

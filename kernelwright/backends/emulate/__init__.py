@@ -49,6 +49,7 @@ _active = 0
 _resident = 2
 _lock = threading.Lock()
 _libs: dict[str, ctypes.CDLL] = {}
+_built: dict[tuple, ctypes.CDLL] = {}  # build()'s arguments -> its library (the header's hash is not redone)
 launched: list[tuple[str, tuple[int, int, int], tuple[int, int, int], int]] = []
 """The emulator's launches, oldest first (kernel name, grid, block, cluster as passed; the last 1000): which
 kernel a launcher chose, for tests."""
@@ -96,6 +97,7 @@ def compiler() -> str:
 
 
 @functools.cache
+@functools.cache
 def _version(cxx: str) -> str:
     try:
         return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout.split("\n")[0]
@@ -133,6 +135,9 @@ def build(source: str, name: str, defines: tuple[str, ...] = (), what: str = "<s
 
     if not name.isidentifier():
         raise ValueError(f"name: expected a C identifier, got {name!r}")
+    memo = (source, name, defines, what, os.environ.get("CXX", "g++"), os.environ.get("KW_CACHE_DIR"))
+    if memo in _built:  # (a launch's path: no header hashing, no compiler query)
+        return _built[memo]
     cxx = compiler()
     header = HEADER.read_text()
     text = f'#line 1 "{what}"\n{source}\n#line 1 "<kernelwright emulator export>"\nKW_EMU_EXPORT({name})\n'
@@ -140,6 +145,7 @@ def build(source: str, name: str, defines: tuple[str, ...] = (), what: str = "<s
     out = cache_dir().parent / "emu" / f"{key[:40]}.so"
     with _lock:
         if str(out) in _libs:
+            _built[memo] = _libs[str(out)]
             return _libs[str(out)]
         if not out.exists():
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -154,7 +160,7 @@ def build(source: str, name: str, defines: tuple[str, ...] = (), what: str = "<s
                     raise EmulatorError(f"{what}: compiling {name} for the emulator failed:\n{done.stderr[-6000:]}")
                 shutil.copyfile(lib, out.with_suffix(".tmp"))
                 os.replace(out.with_suffix(".tmp"), out)
-        _libs[str(out)] = ctypes.CDLL(str(out), mode=ctypes.RTLD_LOCAL)
+        _libs[str(out)] = _built[memo] = ctypes.CDLL(str(out), mode=ctypes.RTLD_LOCAL)
         return _libs[str(out)]
 
 
