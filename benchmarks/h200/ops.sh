@@ -410,15 +410,18 @@ case "${1:-fwd}" in
     # session 21, not yet run: the norm backward's cluster rung with the row's sums traded through global memory
     # (rms_norm_bwd.cuda.GLOBAL_FROM: rows of at least that many CTAs; clusters of one, a cooperative grid of whole
     # groups: 262144 bf16 columns 8 groups of 16 on 128 SMs against 7 clusters of 16 on 112; 65536 33 groups of 4
-    # against 30 clusters). Its GPU tests (float64, two runs bit for bit, the slots left zeroed), then off / 16 / 2,
-    # twice, each in its own process, cluster rung only. About 4 minutes with the start.
+    # against 30 clusters). Its GPU tests (float64, two runs bit for bit, the slots left zeroed), then off / 16 / 2
+    # / 16 with three stages (a step's exchange waits on L2 round trips: more in flight may cover them), twice, each
+    # in its own process, cluster rung only. About 5 minutes with the start.
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k global
     grep -E "passed|failed" "$LOG" | tail -1
-    for g in 0 16 2 0 16 2; do
-      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm_bwd.cuda.GLOBAL_FROM=$g -- \
+    for sw in GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3 \
+              GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3; do
+      args=""; for a in ${sw//,/ }; do args="$args kernelwright.ops.rms_norm_bwd.cuda.$a"; done
+      step 60 python3 benchmarks/experiments/switch_bench.py $args -- \
         bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 --sizes 4096x65536,1024x262144 \
         --variant cluster --no-peers --max-seconds 0.3
-      echo "   (GLOBAL_FROM=$g)" | tee -a "$LOG"
+      echo "   ($sw)" | tee -a "$LOG"
     done
     grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
     ;;
