@@ -385,11 +385,12 @@ def _sum_first_check(kind, cols, monkeypatch, device):
     g = torch.Generator().manual_seed(13)
     scales = [1.0, 1e6, 1e-5, 3.0, 1e-30, 5e37, 0.0, 1.0, 1e18, 7.0, 1e-3, 1e4]
     n = len(scales)
-    x = torch.randn(n, cols, generator=g) * torch.tensor(scales)[:, None]
+    sc = torch.tensor(scales, device="cpu")[:, None]  # (drawn on the CPU: GPU runs default to CUDA tensors)
+    x = torch.randn(n, cols, generator=g, device="cpu") * sc
     x[7, 5] = float("inf")
     plain, scaled = [0, 1, 2, 3, 9, 10, 11], [4, 5, 6, 7, 8]  # 1e18: squares past fp32's range
-    w = torch.randn(cols, generator=g)
-    r = torch.randn(n, cols, generator=g) * torch.tensor(scales)[:, None] if kind == "add_rms" else None
+    w = torch.randn(cols, generator=g, device="cpu")
+    r = torch.randn(n, cols, generator=g, device="cpu") * sc if kind == "add_rms" else None
     x, w, r = x.to(device), w.to(device), r.to(device) if r is not None else None
     v = x + r if r is not None else x
     monkeypatch.setattr(fwd, "FUSED_FAST", False)

@@ -118,6 +118,20 @@ __device__ __forceinline__ void wait_until_equal_gpu(const unsigned* p, unsigned
     while (load_acquire_gpu(p) != v) {
     }
 }
+// a float and a 32-bit tag in one 64-bit relaxed access (single-copy atomic: the value travels with its tag, so
+// neither side needs a fence; a release store's fence would wait for the writer's whole queue of copies and stores)
+__device__ __forceinline__ void publish_tagged_gpu(unsigned long long* p, float v, unsigned tag) {
+    const unsigned long long q = ((unsigned long long)tag << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(q) : "memory");
+}
+// spin until *p carries `tag`; its float
+__device__ __forceinline__ float wait_tagged_gpu(const unsigned long long* p, unsigned tag) {
+    unsigned long long q;
+    do {
+        asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(q) : "l"(p) : "memory");
+    } while ((unsigned)(q >> 32) != tag);
+    return __uint_as_float((unsigned)q);
+}
 
 #else  // KW_EMULATE: the CPU emulator's stand-ins (kernelwright/backends/emulate/cuda_emu.h)
 #define KW_DYNAMIC_SHARED(T, name) static T*& name = reinterpret_cast<T*&>(kw_emu::dynamic_shared)
@@ -145,5 +159,13 @@ inline void store_release_gpu(unsigned* p, unsigned v) { *static_cast<volatile u
 inline unsigned load_acquire_gpu(const unsigned* p) { return *static_cast<const volatile unsigned*>(p); }
 inline void wait_until_equal_gpu(const unsigned* p, unsigned v) {
     while (load_acquire_gpu(p) != v) kw_emu::spin();
+}
+inline void publish_tagged_gpu(unsigned long long* p, float v, unsigned tag) {
+    *static_cast<volatile unsigned long long*>(p) = ((unsigned long long)tag << 32) | __float_as_uint(v);
+}
+inline float wait_tagged_gpu(const unsigned long long* p, unsigned tag) {
+    unsigned long long q;
+    while (((q = *static_cast<const volatile unsigned long long*>(p)) >> 32) != tag) kw_emu::spin();
+    return __uint_as_float((unsigned)q);
 }
 #endif

@@ -30,10 +30,11 @@
 // GROUP > 1 (clusters of one): a row's CTAs are GROUP consecutive blocks of the grid (rank = blockIdx.x % GROUP)
 // that trade their two sums through global memory instead of DSMEM, so any GROUP CTAs make a row and the grid is
 // not bound to the GPCs' cluster placement (262144 bf16 columns: 8 groups of 16 on 128 SMs, against 7 clusters of
-// 16 on 112). Each CTA has a 16-byte slot a parity in `xch_` (s1, s2, tag): thread 0 writes the sums, then the
-// tag (the group's step count + 1) with a release store; warp 0's lane c waits for CTA c's tag (acquire), the warp
-// sums the GROUP partials in rank order (the same bits in every CTA) and hands them to the CTA through shared
-// memory. A slot of one parity is written again two steps on, after its writer has seen every partner's tag of the
+// 16 on 112). Each CTA has a 16-byte slot a parity in `xch_`: two 64-bit packets (s1, tag) and (s2, tag), the tag
+// the group's step count + 1, each written by thread 0 in one relaxed store (a value and its tag arrive together,
+// so no fence: a release store's fence waited for warp 0's whole queue of copies, 2.2 against 3.0 TB/s at 262144,
+// run 86); warp 0's lane c spins on CTA c's packets, the warp sums the GROUP partials in rank order (the same bits
+// in every CTA) and hands them to the CTA through shared memory. A slot of one parity is written again two steps on, after its writer has seen every partner's tag of the
 // step between, which each partner published after reading this one. The last CTA to finish (a counter in word 0)
 // zeroes the tags, so the next launch starts clean (a CUDA graph's replays too). Every CTA of the grid must be
 // resident at once: the launcher makes it a cooperative launch, which fails rather than hangs when they are not.
@@ -113,8 +114,8 @@ __device__ __forceinline__ void fetch(int s, long long st, long long n_steps, co
 }
 
 #if GROUP > 1
-// the group's exchange slots in `xch_` (32-bit words): word 0 the finished-CTA counter, then 4 words (s1, s2, tag,
-// unused) for each (group, rank, parity)
+// the group's exchange slots in `xch_` (32-bit words): word 0 the finished-CTA counter, then 4 words (s1, tag, s2,
+// tag: two 64-bit packets) for each (group, rank, parity)
 __device__ __forceinline__ unsigned* xslot(unsigned* xch, long long group, int rank, int parity) {
     return xch + 4 + ((group * GROUP + rank) * 2 + parity) * 4;
 }
@@ -168,17 +169,17 @@ __device__ __forceinline__ float2 row_sums(float s1, float s2, int parity, float
 #elif GROUP > 1
     (void)cslot;
     if (threadIdx.x == 0) {
-        unsigned* m = ex.mine + parity * 4;
-        m[0] = __float_as_uint(t.x), m[1] = __float_as_uint(t.y);
-        store_release_gpu(m + 2, ex.tag);  // the sums before the tag
+        unsigned long long* m = reinterpret_cast<unsigned long long*>(ex.mine + parity * 4);
+        publish_tagged_gpu(m, t.x, ex.tag);
+        if (CENTER) publish_tagged_gpu(m + 1, t.y, ex.tag);
     }
     if (threadIdx.x < 32) {
         const unsigned lane = threadIdx.x;
         float2 p = make_float2(0.0f, 0.0f);
         if (lane < GROUP) {
-            const unsigned* o = ex.row + (lane * 2 + parity) * 4;
-            wait_until_equal_gpu(o + 2, ex.tag);  // acquire: the sums written before it are seen
-            p = make_float2(__uint_as_float(o[0]), __uint_as_float(o[1]));
+            const unsigned long long* o = reinterpret_cast<const unsigned long long*>(ex.row + (lane * 2 + parity) * 4);
+            p.x = wait_tagged_gpu(o, ex.tag);
+            if (CENTER) p.y = wait_tagged_gpu(o + 1, ex.tag);
         }
         p.x = warp_sum(p.x);
         if (CENTER) p.y = warp_sum(p.y);
@@ -349,7 +350,7 @@ norm_bwd_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const
     if (tid == 0) {
         __threadfence();
         if (atomicAdd(xch_, 1u) == gridDim.x - 1) {  // the last CTA out: every slot has been read
-            for (long long i = 0; i < ncl * GROUP * 2; ++i) xch_[4 + i * 4 + 2] = 0u;
+            for (long long i = 0; i < ncl * GROUP * 2; ++i) xch_[4 + i * 4 + 1] = 0u, xch_[4 + i * 4 + 3] = 0u;
             xch_[0] = 0u;
         }
     }
