@@ -178,6 +178,8 @@ def test_global_exchange_compiles_for_sm90(monkeypatch, name):
         rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
         assert rep.registers <= 128 and rep.stack_bytes == 0, (n, rep.registers, rep.stack_bytes)
         assert rep.mix.opcodes.get("UCGABAR_WAIT", 0) == 0, "no cluster barrier"
+        # no GPU-scope fence on a step's path (a release store's MEMBAR.ALL.GPU: run 86), the last CTA's one only
+        assert rep.mix.opcodes.get("MEMBAR.ALL.GPU", 0) == 0 and rep.mix.opcodes.get("MEMBAR.SC.GPU", 0) == 1
         assert not any(op.startswith("CALL") for op in rep.mix.opcodes), "a library call"
 
 
