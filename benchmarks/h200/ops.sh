@@ -415,8 +415,8 @@ case "${1:-fwd}" in
     # in its own process, cluster rung only. About 5 minutes with the start.
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k global
     grep -E "passed|failed" "$LOG" | tail -1
-    for sw in GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3 \
-              GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3; do
+    for sw in ${GX_SW:-GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3 \
+              GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3}; do
       args=""; for a in ${sw//,/ }; do args="$args kernelwright.ops.rms_norm_bwd.cuda.$a"; done
       step 60 python3 benchmarks/experiments/switch_bench.py $args -- \
         bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 --sizes 4096x65536,1024x262144 \
