@@ -128,6 +128,13 @@ def narrow_plans():
         yield fam, "fused", (65536, 1024), "library", contextlib.nullcontext
         for r, w in [(1, 1), (1, 2), (2, 1), (2, 2), (4, 2), (4, 1), (1, 4)]:
             yield fam, "fused", (65536, 1024), f"rows {r} warps {w}", (lambda r=r, w=w: fused_fwd(r, w))
+    # session 21, after run 89 (layer norm: 2 rows x 2 warps 3.91, 1 x 1 3.91, library 3.83): those again, twice,
+    # at 16384 rows too
+    for _ in range(2):
+        for size in [(65536, 1024), (16384, 1024)]:
+            yield "layer_norm", "fused", size, "library", contextlib.nullcontext
+            for r, w in [(1, 1), (2, 2)]:
+                yield "layer_norm", "fused", size, f"rows {r} warps {w} again", (lambda r=r, w=w: fused_fwd(r, w))
 
 
 def looped_plans():
