@@ -857,3 +857,17 @@ def test_public_ops_through_the_choice_forward_and_backward_on_hopper(dtype, col
     scales = nc.error_scale_for("layer_bwd")(x64, w64, dy64, eps=1e-5)
     for got, exp, scale, what in zip((xr.grad, wr.grad, br.grad), want, scales, ("dx", "dw", "db"), strict=True):
         check(got, exp, bwd_tol, scale, f"layer {what}")
+
+
+def test_fused_forward_tiles_follow_the_measured_rules():
+    from kernelwright.ops.rms_norm import triton as fwd
+
+    assert fwd.fused_tile(1024) == (2, 1024, 4)  # the narrow rule: 2048-value tiles over 4 warps
+    assert fwd.fused_tile(4096, center=True) == (1, 4096, 4) and fwd.fused_tile(4096) == (1, 4096, 8)
+    # layer norm's 16-bit 1024-column rows in grids of 65536 rows or more: one warp a row (runs 89-90)
+    assert fwd.fused_tile(1024, center=True, elt=2, rows=65536) == (2, 1024, 2)
+    assert fwd.fused_tile(1000, center=True, elt=2, rows=100000) == (2, 1024, 2)
+    assert fwd.fused_tile(1024, center=True, elt=2, rows=16384) == (2, 1024, 4)  # fewer rows: it lost there
+    assert fwd.fused_tile(1024, center=False, rows=65536) == (2, 1024, 4)  # rms / add_rms keep the rule
+    assert fwd.fused_tile(1024, center=True, elt=4, rows=65536) == (2, 1024, 4)  # fp32: not timed
+    assert fwd.fused_tile(512, center=True, elt=2, rows=65536) == (4, 512, 4)

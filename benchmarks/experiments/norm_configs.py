@@ -55,7 +55,7 @@ def split_bwd(chunk, warps, hints=fwd.NO_HINTS):
 
 
 def fused_fwd(block_r, warps):
-    return patched(fwd, "fused_tile", lambda n_cols, center=False, elt=2: (block_r, _pow2(n_cols), warps))
+    return patched(fwd, "fused_tile", lambda n_cols, center=False, elt=2, rows=0: (block_r, _pow2(n_cols), warps))
 
 
 def fused_bwd(block_r, warps):

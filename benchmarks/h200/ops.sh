@@ -50,6 +50,7 @@
 #                                                                # on, peers (session 19, not yet run; carry .whl)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh gx           # the norm backward's global exchange
 #                                                                # (GLOBAL_FROM, session 21): tests, off / on
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ln1024       # layer norm at 1024 columns with peers
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -424,6 +425,12 @@ case "${1:-fwd}" in
       echo "   ($sw)" | tee -a "$LOG"
     done
     grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
+    ;;
+  ln1024)
+    # session 21: layer norm at 1024 columns with FUSED_CENTER_NARROW (one warp a row from 65536 rows, runs 89-90),
+    # every rung and peer in one process (carry .whl: Liger)
+    step 150 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes 65536x1024,16384x1024 --max-seconds 0.3
+    grep -E "│ layer_norm" "$LOG" | cut -c1-100
     ;;
   sumfirst)
     # session 19, not yet run: the fused forward's statistic as torch.compile's (one single-operand sum of unscaled

@@ -502,7 +502,16 @@ the narrow rule (2 x 4) within 0.5% of the best. 16-bit rows only (fp16 moves bf
 shared rule, not timed with these (2 x 8 at 8192 takes 172 registers a thread in fp32, sm_90: one program an SM)."""
 
 
-def fused_tile(n_cols: int, center: bool = False, elt: int = 2) -> tuple[int, int, int]:
+FUSED_CENTER_NARROW = (65536, 1024, 2, 2)
+"""(rows at least, width, rows a program, warps): layer norm's 16-bit rows of 513-1024 columns in grids of that many
+rows take one warp a row. H200 runs 89-90 (``norm_configs.py --narrow``, bf16, each config float64-checked first):
+65536 x 1024 2 x 2 3.91 / 3.91 / 3.92 TB/s against the narrow rule's (2 x 4) 3.83 / 3.82 / 3.84 (1 x 1 3.91 / 3.89
+/ 3.89; torch.compile's own choice there is one warp a row, run 84); at 16384 x 1024 it lost (3.06 / 3.07 against
+3.09 / 3.10), so fewer rows keep the rule (between 16384 and 65536 rows: not measured). rms_norm and add_rms_norm
+keep it (run 89: 3.97 / 4.10 against 3.94 / 4.11). None: off."""
+
+
+def fused_tile(n_cols: int, center: bool = False, elt: int = 2, rows: int = 0) -> tuple[int, int, int]:
     """(rows per program, columns block, warps) of the fused forward kernel: narrow rows are grouped into tiles so
     a program moves enough bytes to hide its reductions.
 
@@ -511,9 +520,12 @@ def fused_tile(n_cols: int, center: bool = False, elt: int = 2) -> tuple[int, in
     (rms / layer / add_rms) against 3.06 / 2.63 / 3.50 for the 4096-value tile over 8 warps used before; tiles of
     1-8 rows over 1-8 warps were within 2-5% of it, one run each. Wider rows: ~4096-value tiles, warps by size;
     layer norm (``center``) in 16-bit types (``elt`` bytes an element) takes :data:`FUSED_CENTER_TILES` at the
-    widths listed there.
+    widths listed there, and :data:`FUSED_CENTER_NARROW` at 1024 columns in grids of ``rows`` rows or more.
     """
     block = triton.next_power_of_2(n_cols)
+    narrow = FUSED_CENTER_NARROW
+    if center and elt == 2 and narrow and block == narrow[1] and rows >= narrow[0]:
+        return narrow[2], block, narrow[3]
     if block <= 1024:
         return max(1, min(16, FUSED_NARROW_TILE // block)), block, FUSED_NARROW_WARPS
     if center and elt == 2 and block in FUSED_CENTER_TILES:
@@ -643,7 +655,7 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
     tail = (n_rows, n_cols, x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), float(eps))
     ptrs = (x2, r2, weight, b, y2, h2, mean_t, rstd_t)
     if rung == "fused":
-        block_r, block, warps = fused_tile(n_cols, center, x2.element_size())
+        block_r, block, warps = fused_tile(n_cols, center, x2.element_size(), n_rows)
         _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
             *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, BIAS_EARLY=FUSED_BIAS_EARLY,
             FAST=fused_fast(), SUM_FIRST=FUSED_SUM_FIRST and not center, num_warps=warps)
