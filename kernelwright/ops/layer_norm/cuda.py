@@ -29,7 +29,10 @@ vectors, past 32768 columns): each CTA holds the same columns of both rows, the 
 in shared memory, so w and b are read from L2 once for two rows (``cuda/cluster.cu`` PAIR; shapes:
 :func:`kernelwright.ops._cluster_norm.pair_config`). Reading behind it (session 19, not measured): at 65536 columns
 the one-row kernel reads 256 KB of w and b from L2 for every 128 KB of x, and L2's bandwidth, not HBM's, may be what
-holds it at 3.1 TB/s where rms_norm (w only) runs 3.99. Not yet run on a GPU (``ops.sh normpair``)."""
+holds it at 3.1 TB/s where rms_norm (w only) runs 3.99. H200 run 87 (bf16 TB/s, off / on, twice, one process each):
+4096 x 65536 3.09 / 3.08 -> 3.07 / 3.08, 1024 x 262144 2.64 / 2.65 -> 2.84 / 2.84, both behind the split rung the
+library takes there (3.34, 2.95 in the same processes); Nsight Compute at 65536: DRAM 62% -> 63% of peak, L2 73% ->
+75%, so L2 was not the wall. Its GPU tests passed. Off."""
 
 
 PAIR_GROUP = 1
@@ -40,7 +43,8 @@ spills 16-36 bytes a thread at 64 registers (sm_90, bf16), 1 none."""
 PAIR_ONE_PASS = False
 """Experiment switch: PAIR_ROWS's statistics with ONE_PASS_MEAN's first step (both rows' largest magnitudes and
 sums in one pass and one barrier: two barriers a CTA, not three). The one-row kernel's ONE_PASS_MEAN gained 2-4% at
-65536 / 262144 (run 65). Not yet run on a GPU (session 19)."""
+65536 / 262144 (run 65). Run 87: 3.08 / 3.08 at 65536, 2.79 / 2.80 at 262144 (PAIR_ROWS alone: 3.07-3.08,
+2.84). Off."""
 
 
 def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, save_stats: bool, pair: bool = False):

@@ -33,8 +33,9 @@ twice, each in its own process): 16384 x 8192 4.01 / 4.01 -> 4.02 / 4.02, 16384 
 PAIR_ROWS = False
 """Experiment switch: two rows a cluster for the wide 16-bit rows (past 32768 columns), w read from L2 once for
 both (``cuda/cluster.cu`` PAIR; the layer_norm rung's :data:`kernelwright.ops.layer_norm.cuda.PAIR_ROWS`, with w
-alone; its statistics are always FAST's one pass with the range's fallback). Not yet run on a GPU (session 19;
-``ops.sh normpair``)."""
+alone; its statistics are always FAST's one pass with the range's fallback). H200 run 87 (bf16 TB/s, off / on,
+twice, one process each): 4096 x 65536 4.00 / 4.00 -> 3.56 / 3.57 (slower), 1024 x 262144 3.48 / 3.45 -> 3.47 /
+3.47. Its GPU tests passed. Off."""
 PAIR_GROUP = 2
 """PAIR_ROWS's accesses whose w vectors are loaded before their stores (each feeding two rows' stores); 4 spills
 16-24 bytes a thread at 64 registers (sm_90)."""

@@ -53,8 +53,11 @@ GLOBAL_FROM = 0
 """Experiment switch (0: off): rows that take at least this many CTAs trade their sums through global memory
 instead of a cluster's DSMEM (``GROUP`` in ``cuda/cluster.cu``): clusters of one, any ``span`` CTAs of the grid
 make a row, and the grid is a cooperative launch of as many whole groups as the GPU holds CTAs (262144 bf16
-columns: 8 groups of 16 on an H200's 132 SMs, 128 busy, against 7 clusters of 16 on 112). Written in session 21 and
-checked on the CPU emulator; its speed is the GPU's question (``benchmarks/h200/ops.sh gx``)."""
+columns: 8 groups of 16 on an H200's 132 SMs, 128 busy, against 7 clusters of 16 on 112). Slower on the H200 (bf16
+TB/s, rms / layer / add_rms at 1024 x 262144): clusters 3.04 / 3.00 / 2.93; the global exchange 2.43 / 2.08 / 2.55
+(run 87, tagged packets), 2.18 / 1.98 / 2.38 with a release / acquire flag (run 86); at 4096 x 65536 in groups of 4,
+2.64 / 2.24 / 2.75 against 3.47 / 3.38 / 3.55. A step's exchange through L2 costs ~1.5-2 us more than the cluster
+barrier, more than the 14% more SMs give back. Off; kept as the measured alternative (journal "Session 21")."""
 MAX_CLUSTER = 16
 MAX_COLS = 262144
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
