@@ -97,7 +97,6 @@ def compiler() -> str:
 
 
 @functools.cache
-@functools.cache
 def _version(cxx: str) -> str:
     try:
         return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout.split("\n")[0]

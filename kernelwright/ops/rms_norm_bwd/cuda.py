@@ -195,20 +195,20 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
     dx2 = dx.view(-1, n_cols) if n_cols else dx
     rows = [t for t in (dy2, dh2, dx2) if t is not None]
     fallback = "fused" if n_cols <= FUSED_BWD_MAX_COLS else "split"
-    if n_cols == 0 or n_rows == 0 or not takes(x2, *rows, w):
+
+    def run_fallback() -> str:
         tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
         return fallback
+
+    if n_cols == 0 or n_rows == 0 or not takes(x2, *rows, w):
+        return run_fallback()
     cfg = bwd_config(n_cols, x.element_size(), dh is not None, center)
     k = kernel(cfg, x.dtype, center, dh is not None, bool(offset))
     held = resident(k, device_index(x.device), cfg, dh is not None)
-    if held <= 0:
-        tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
-        return fallback
     steps = -(-n_rows // cfg.rows_a_step)
     clusters = min(steps, held // cfg.group)  # row groups: clusters, or groups of CTAs trading through memory
-    if clusters <= 0:
-        tb.norm_backward(fallback, x, weight, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dh, offset=offset)
-        return fallback
+    if clusters <= 0:  # (the GPU holds none of this shape)
+        return run_fallback()
     pw = torch.empty((clusters, n_cols), dtype=torch.float32, device=x.device)
     pb = torch.empty_like(pw) if center else pw
     rstd = rstd.reshape(-1).contiguous()

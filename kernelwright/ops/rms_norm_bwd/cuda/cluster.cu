@@ -34,8 +34,9 @@
 // the group's step count + 1, each written by thread 0 in one relaxed store (a value and its tag arrive together,
 // so no fence: a release store's fence waited for warp 0's whole queue of copies, 2.2 against 3.0 TB/s at 262144,
 // run 86); warp 0's lane c spins on CTA c's packets, the warp sums the GROUP partials in rank order (the same bits
-// in every CTA) and hands them to the CTA through shared memory. A slot of one parity is written again two steps on, after its writer has seen every partner's tag of the
-// step between, which each partner published after reading this one. The last CTA to finish (a counter in word 0)
+// in every CTA) and hands them to the CTA through shared memory. A slot of one parity is written again two steps
+// on, after its writer has seen every partner's tag of the step between, which each partner published after
+// reading this one. The last CTA to finish (a counter in word 0)
 // zeroes the tags, so the next launch starts clean (a CUDA graph's replays too). Every CTA of the grid must be
 // resident at once: the launcher makes it a cooperative launch, which fails rather than hangs when they are not.
 //
@@ -177,7 +178,8 @@ __device__ __forceinline__ float2 row_sums(float s1, float s2, int parity, float
         const unsigned lane = threadIdx.x;
         float2 p = make_float2(0.0f, 0.0f);
         if (lane < GROUP) {
-            const unsigned long long* o = reinterpret_cast<const unsigned long long*>(ex.row + (lane * 2 + parity) * 4);
+            const unsigned long long* o =
+                reinterpret_cast<const unsigned long long*>(ex.row + (lane * 2 + parity) * 4);
             p.x = wait_tagged_gpu(o, ex.tag);
             if (CENTER) p.y = wait_tagged_gpu(o + 1, ex.tag);
         }
