@@ -246,3 +246,85 @@ def test_global_exchange_without_room_for_a_group_goes_to_split(cuda_dev, monkey
     dx, dw = torch.empty_like(x), torch.empty(262144, dtype=torch.bfloat16)
     rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
     assert bc.norm_backward_cluster(x, x[0].clone(), x.clone(), rstd, dx=dx, dw=dw) == "split"
+
+
+# --- SPARE_WEIGHT: the SMs the clusters leave idle run global-exchange groups beside them, an experiment switch ---
+def test_spare_split_shares_rows_by_weight(monkeypatch):
+    x = torch.empty(0, 262144, dtype=torch.bfloat16)
+    cfg = bc.bwd_config(262144, 2)
+    gcfg = bc.BwdConfig(1, 512, 512, cfg.nv, cfg.stages, group=16)
+    assert bc.spare_ctas(-1, cfg, 7, None, gcfg, False) == 0  # the emulator has no SMs to spare
+    monkeypatch.setattr(bc, "spare_ctas", lambda *a: 20)  # an H200: 132 SMs, 7 clusters of 16 on 112
+    assert bc.spare_split(x, cfg, False, False, False, 7, 1024) is None  # off by default
+    monkeypatch.setattr(bc, "SPARE_WEIGHT", 0.7)
+    assert bc.spare_split(x, cfg, False, False, False, 7, 1024) == (gcfg, 1, int(1024 * 0.7 / 7.7))  # 93 rows
+    assert bc.spare_split(x, cfg, False, False, False, 7, 6) is None  # fewer rows than clusters
+    assert bc.spare_split(x, cfg, False, False, False, 7, 10) is None  # a share under one row
+    assert bc.spare_split(x, cfg, False, False, False, 7, 12) == (gcfg, 1, 1)
+    monkeypatch.setattr(bc, "spare_ctas", lambda *a: 15)  # less than a group
+    assert bc.spare_split(x, cfg, False, False, False, 7, 1024) is None
+    monkeypatch.setattr(bc, "spare_ctas", lambda *a: 40)  # two groups
+    assert bc.spare_split(x, cfg, False, False, False, 7, 1024) == (gcfg, 2, int(1024 * 1.4 / 8.4))
+    assert bc.spare_split(x, bc.bwd_config(16384, 2), False, False, False, 7, 1024) is None  # one CTA a row
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_spare_groups_match_float64_and_the_clusters(cuda_dev, monkeypatch, name):
+    """The rows split between the clusters and the spare SMs' groups: float64 on every row, dx bit for bit the
+    clusters-only result (each row's sums in rank order either way), two runs the same bits."""
+    dev = cuda_dev
+    fam = get_family(name)
+    center, dh = FLAGS[name]
+    n, rows = (65536, 9) if dev == "cpu" else (262144, 300)
+    gen = torch.Generator(dev).manual_seed(11)
+    x = torch.randn(rows, n, device=dev, generator=gen).bfloat16()
+    dy = torch.randn(rows, n, device=dev, generator=gen).bfloat16()
+    w = torch.randn(n, device=dev, generator=gen).bfloat16()
+    xf = x.float()
+    mean = xf.mean(-1) if center else None
+    rstd = torch.rsqrt((xf - mean[:, None]).pow(2).mean(-1) + 1e-5) if center else torch.rsqrt(xf.pow(2).mean(-1)
+                                                                                               + 1e-6)
+    dhv = torch.randn(rows, n, device=dev, generator=gen).bfloat16() if dh else None
+
+    def run():
+        dx = torch.full_like(x, float("nan"))
+        dw = torch.full_like(w, float("nan"))
+        db = torch.full_like(w, float("nan")) if center else None
+        which = bc.norm_backward_cluster(x, w, dy, rstd, dx=dx, dw=dw, mean=mean, db=db, dh=dhv)
+        assert which == "cluster"
+        return dx, dw, db
+
+    def emulated(fn):
+        if dev != "cpu":
+            return fn()
+        from kernelwright.backends import emulate
+
+        with emulate.cuda_on_cpu(resident=2):  # 2 clusters of 4; the spare SMs: two groups of 4
+            return fn()
+
+    plain = emulated(run)
+    monkeypatch.setattr(bc, "SPARE_WEIGHT", 0.7)
+    if dev == "cpu":
+        monkeypatch.setattr(bc, "spare_ctas", lambda *a: 8)
+        from kernelwright.backends import emulate
+
+        before = len(emulate.launched)
+    split = [emulated(run), emulated(run)]
+    if dev == "cpu":
+        kinds = [(grid[0], cluster) for _, grid, _, cluster in emulate.launched[before:]]
+        assert kinds[:2] == [(8, 0), (8, 0)]  # 2 clusters of 4 (set in the kernel), then 2 groups of 4
+        cfg = bc.bwd_config(n, 2, dh, center)
+        assert bc.spare_split(x, cfg, center, dh, False, 2, rows)[1:] == (2, 3)  # 9 x 1.4 / 3.4: 3 rows
+    else:
+        cfg = bc.bwd_config(n, 2, dh, center)
+        held = bc.resident(bc.kernel(cfg, x.dtype, center, dh), torch.cuda.current_device(), cfg, dh)
+        assert bc.spare_split(x, cfg, center, dh, False, held, rows), "no spare SMs on this GPU"
+    args = (x.double(), w.double(), dy.double()) + (() if not center else (mean.double(),)) + (rstd.double(),)
+    if dh:
+        args = (x.double(), w.double(), dy.double(), dhv.double(), rstd.double())
+    ref = fam.reference(*args)
+    for got, want in zip([t for t in split[0] if t is not None], ref, strict=True):
+        assert torch.allclose(got.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+    assert torch.equal(split[0][0], plain[0])  # dx: every row's sums in rank order, cluster or group
+    for a, b in zip(split[0], split[1], strict=True):
+        assert a is None or torch.equal(a, b)

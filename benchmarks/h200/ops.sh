@@ -50,6 +50,9 @@
 #                                                                # on, peers (session 19, not yet run; carry .whl)
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh gx           # the norm backward's global exchange
 #                                                                # (GLOBAL_FROM, session 21): tests, off / on
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh spare        # the 262144 backward's idle SMs given groups
+#                                                                # (SPARE_WEIGHT, session 22): tests, weights
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh warpstate    # ncu stall reasons: layer norm's wide forward
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ln1024       # layer norm at 1024 columns with peers
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
@@ -425,6 +428,64 @@ case "${1:-fwd}" in
       echo "   ($sw)" | tee -a "$LOG"
     done
     grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
+    ;;
+  spare)
+    # session 22, not yet run: the norm backward at 262144 columns, where 7 clusters of 16 leave 20 of 132 SMs idle:
+    # a second launch on a side stream runs global-exchange groups (GROUP) there at the same time, over a share of
+    # the rows (rms_norm_bwd.cuda.SPARE_WEIGHT: a group's rows against a cluster's; run 87: a group step ~1.4x a
+    # cluster's). Its GPU tests (float64, dx bit for bit the clusters-only result, two runs the same bits), then
+    # weights 0 / 0.5 / 0.7 / 0.9, twice, each in its own process, cluster rung only; 2048 rows beside 1024 (the
+    # split of rows is coarser with fewer). About 5 minutes with the start.
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k spare
+    grep -E "passed|failed" "$LOG" | tail -1
+    for w in ${SPARE_SW:-0 0.5 0.7 0.9 0 0.5 0.7 0.9}; do
+      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm_bwd.cuda.SPARE_WEIGHT=$w -- \
+        bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 --sizes 1024x262144,2048x262144 \
+        --variant cluster --no-peers --max-seconds 0.3
+      echo "   (SPARE_WEIGHT=$w)" | tee -a "$LOG"
+    done
+    grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
+    ;;
+  warpstate)
+    # session 22, not yet run: where layer norm's wide forward waits (latency-bound by run 87's counters: DRAM 62%,
+    # occupancy 47% at 4096 x 65536). Nsight Compute's stall reasons (issue-active cycles a warp spends stalled, by
+    # reason) and issue rates for one launch each of layer norm's cluster and split rungs and rms's cluster rung (the
+    # 4.0 TB/s contrast) at 4096 x 65536 and 1024 x 262144, bf16. About 4 minutes with the start.
+    STALLS=""
+    for r in long_scoreboard barrier membar short_scoreboard wait math_pipe_throttle lg_throttle mio_throttle \
+             no_instruction not_selected selected dispatch_stall drain sleeping branch_resolving misc; do
+      STALLS="$STALLS,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+    done
+    METRICS="gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,launch__registers_per_thread$STALLS"
+    for case in "layer_norm cluster" "layer_norm split" "rms_norm cluster"; do
+      set -- $case
+      for size in 4096x65536 1024x262144; do
+        tag="${1}_${2}_$size"
+        echo "== ncu $tag" | tee -a "$LOG"
+        timeout 120 ncu --clock-control none --target-processes all --kernel-name "regex:${1}_cluster|_norm_fwd_split" \
+          --launch-skip 6 --launch-count 1 --metrics "$METRICS" --csv --page raw \
+          python3 -m kernelwright.cli bench "$1" --variant "$2" --no-peers --dtypes bf16 --sizes "$size" \
+          --max-seconds 0.2 > "/tmp/ncu_ws_$tag.csv" 2>> "$LOG"
+        echo "   rc=$?" | tee -a "$LOG"
+        python3 - "/tmp/ncu_ws_$tag.csv" <<'PY' | tee -a "$LOG"
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if len(rows) < 3:
+    print("   no metrics"); sys.exit()
+head, units, vals = rows[0], rows[1], rows[-1]
+got = {h: v for h, v in zip(head, vals)}
+print("   kernel", got.get("Kernel Name", "?")[:60])
+for h in head:
+    if h.startswith(("gpu__", "dram__", "sm__", "smsp__issue", "smsp__warps_eligible", "launch__")):
+        print(f"   {h}: {got[h]}")
+st = sorted(((float(got[h].replace(",", "") or 0), h) for h in head if "issue_stalled" in h), reverse=True)
+print("   stalls (cycles a warp a issue):", ", ".join(f"{h.split('stalled_')[1].split('_per')[0]} {v:.2f}"
+                                                     for v, h in st[:8]))
+PY
+      done
+    done
+    tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ws_*.csv) 2>/dev/null
+    grep -E "^== ncu|stalls|duration|dram__" "$LOG" | cut -c1-160
     ;;
   ln1024)
     # session 21: layer norm at 1024 columns with FUSED_CENTER_NARROW (one warp a row from 65536 rows, runs 89-90),

@@ -25,6 +25,7 @@ H200 run 69 (bf16 TB/s, 16384 x 1024 / 4096 / 8192 / 16384, 4096 x 65536, 1024 x
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,12 @@ TB/s, rms / layer / add_rms at 1024 x 262144): clusters 3.04 / 3.00 / 2.93; the 
 (run 87, tagged packets), 2.18 / 1.98 / 2.38 with a release / acquire flag (run 86); at 4096 x 65536 in groups of 4,
 2.64 / 2.24 / 2.75 against 3.47 / 3.38 / 3.55. A step's exchange through L2 costs ~1.5-2 us more than the cluster
 barrier, more than the 14% more SMs give back. Off; kept as the measured alternative (journal "Session 21")."""
+SPARE_WEIGHT = 0.0
+"""Experiment switch (0: off): where the clusters leave a row's worth of SMs or more idle (262144 bf16 columns: 7
+clusters of 16 CTAs on an H200's 132 SMs, 20 idle), a second launch on a side stream runs, at the same time, groups
+that trade through global memory (``GROUP``) on those SMs, over a share of the rows: a group takes ``SPARE_WEIGHT``
+times a cluster's rows (run 87's steps: a group ~1.4x slower, so ~0.7). The row split is fixed by the shapes (the
+dweight partial rows are summed in one fixed order: two runs agree bit for bit). Not yet run on a GPU."""
 MAX_CLUSTER = 16
 MAX_COLS = 262144
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
@@ -209,23 +216,90 @@ def norm_backward_cluster(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tenso
     clusters = min(steps, held // cfg.group)  # row groups: clusters, or groups of CTAs trading through memory
     if clusters <= 0:  # (the GPU holds none of this shape)
         return run_fallback()
-    pw = torch.empty((clusters, n_cols), dtype=torch.float32, device=x.device)
+    spare = spare_split(x, cfg, center, dh is not None, bool(offset), held, n_rows)
+    rows_a = n_rows - (spare[2] if spare else 0)  # the clusters' rows; the spare groups take the rest
+    clusters = min(clusters, -(-rows_a // cfg.rows_a_step))
+    pw = torch.empty((clusters + (spare[1] if spare else 0), n_cols), dtype=torch.float32, device=x.device)
     pb = torch.empty_like(pw) if center else pw
     rstd = rstd.reshape(-1).contiguous()
     mean = mean.reshape(-1).contiguous() if center else rstd
     h2 = dh2 if dh2 is not None else dy2
-    args = (x2, w, dy2, h2, mean, rstd, dx2, pw, pb, n_rows, n_cols, x2.stride(0), dy2.stride(0), h2.stride(0),
-            dx2.stride(0), 1.0 / n_cols)
+    smem = smem_bytes(cfg, dh is not None)
+
+    def args(r0: int, r1: int, p0: int, p1: int) -> tuple:  # rows r0:r1 (views), partial rows p0:p1
+        return (x2[r0:r1], w, dy2[r0:r1], h2[r0:r1], mean[r0:r1], rstd[r0:r1], dx2[r0:r1], pw[p0:p1], pb[p0:p1],
+                r1 - r0, n_cols, x2.stride(0), dy2.stride(0), h2.stride(0), dx2.stride(0), 1.0 / n_cols)
+
+    def launch_groups(kg: nvrtc.CudaKernel, gcfg: BwdConfig, groups: int, a: tuple) -> None:
+        ctas = groups * gcfg.group
+        kg.launch((ctas,), (gcfg.threads,), a + (exchange_slots(x.device, ctas),), shared_mem=smem, cooperative=True)
+
     if cfg.group > 1:
-        k.launch((clusters * cfg.group,), (cfg.threads,), args + (exchange_slots(x.device, clusters * cfg.group),),
-                 shared_mem=smem_bytes(cfg, dh is not None), cooperative=True)
-    else:
-        k.launch((clusters * cfg.cluster,), (cfg.threads,), args, shared_mem=smem_bytes(cfg, dh is not None),
+        launch_groups(k, cfg, clusters, args(0, n_rows, 0, clusters))
+    elif spare is None:
+        k.launch((clusters * cfg.cluster,), (cfg.threads,), args(0, n_rows, 0, clusters), shared_mem=smem,
                  cluster=launch_cluster(cfg))
+    else:  # the clusters on the main stream, the spare SMs' groups at the same time on a side stream
+        gcfg, groups, _ = spare
+        kg = kernel(gcfg, x.dtype, center, dh is not None, bool(offset))
+        with side_stream(x.device) as side:
+            k.launch((clusters * cfg.cluster,), (cfg.threads,), args(0, rows_a, 0, clusters), shared_mem=smem,
+                     cluster=launch_cluster(cfg))  # first, so that its clusters get whole GPCs
+            with side:
+                launch_groups(kg, gcfg, groups, args(rows_a, n_rows, clusters, clusters + groups))
     tb._sum_partials(pw, dw)
     if center:
         tb._sum_partials(pb, db)
     return "cluster"
+
+
+def spare_ctas(device: int, cfg: BwdConfig, held: int, gk: nvrtc.CudaKernel, gcfg: BwdConfig, dh: bool) -> int:
+    """CTAs of the global-exchange config ``gcfg`` (kernel ``gk``) that the SMs left idle by ``held`` clusters of
+    ``cfg`` hold: SMs less the clusters' CTAs, where the group kernel fits exactly one CTA an SM (the clusters' CTAs,
+    with the same shared memory, then take an SM each); else 0. 0 for the emulator (device -1), which has no SMs."""
+    if device < 0:
+        return 0
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if resident(gk, device, gcfg, dh) != sms:
+        return 0
+    return max(0, sms - held * cfg.cluster)
+
+
+def spare_split(x: torch.Tensor, cfg: BwdConfig, center: bool, dh: bool, offset: bool, held: int,
+                n_rows: int) -> tuple[BwdConfig, int, int] | None:
+    """With :data:`SPARE_WEIGHT` on, (the groups' config, how many, their rows: the last rows) for the SMs that
+    ``held`` clusters of ``cfg`` leave idle; None where there are none, or too few rows to give them any."""
+    if not SPARE_WEIGHT > 0 or cfg.cluster == 1 or cfg.group > 1 or n_rows < held:
+        return None
+    gcfg = BwdConfig(1, cfg.threads, cfg.tpr, cfg.nv, cfg.stages, group=cfg.cluster)
+    gk = kernel(gcfg, x.dtype, center, dh, offset)
+    groups = spare_ctas(device_index(x.device), cfg, held, gk, gcfg, dh) // gcfg.group
+    share = groups * SPARE_WEIGHT / (held + groups * SPARE_WEIGHT)
+    rows = min(int(n_rows * share), n_rows - held)  # the clusters keep a row each at least
+    groups = min(groups, rows)
+    return (gcfg, groups, rows) if groups > 0 else None
+
+
+_side_streams: dict[int, torch.cuda.Stream] = {}
+
+
+@contextlib.contextmanager
+def side_stream(device: torch.device):
+    """A stream for work that runs beside the current stream's next launches: on entry it waits for the current
+    stream's work so far, on exit the current stream waits for it (so CUDA graph capture follows both). Yields the
+    context that makes it current (a null context off CUDA, where the emulator runs launches one after another)."""
+    if device.type != "cuda":
+        yield contextlib.nullcontext()
+        return
+    main = torch.cuda.current_stream(device)
+    side = _side_streams.get(main.device_index)
+    if side is None:
+        side = _side_streams[main.device_index] = torch.cuda.Stream(device)
+    side.wait_stream(main)
+    try:
+        yield torch.cuda.stream(side)
+    finally:
+        main.wait_stream(side)
 
 
 _slots: dict[tuple, torch.Tensor] = {}  # (device, stream) -> the global-exchange kernels' slots
