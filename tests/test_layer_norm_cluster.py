@@ -259,3 +259,26 @@ def test_pair_matches_float64(cuda_dev, monkeypatch, dtype, one_pass):
     tol = FAM.tolerances[dtype]  # the offset row on its own, as in test_constant_rows_offsets_and_extreme_magnitudes
     off = (1000 + torch.randn(2, n, device=cuda_dev)).to(dtype)
     _check(off, w, b, tol=dataclasses.replace(tol, norm=max(tol.norm, 4 * 1000 * 2.0**-24)))
+
+
+@pytest.mark.parametrize("family", ["layer_norm", "rms_norm"])
+def test_timeline_instrument_compiles_for_sm90_and_is_absent_by_default(family):
+    """TIMELINE (rows.cuh; benchmarks/experiments/norm_timeline.py's instrument) compiles into both forward cluster
+    kernels with one more argument (clock reads, no spills past 32 bytes); the library's kernels are compiled without
+    it (fewer instructions; their cubins were byte-identical before and after it was added, session 22)."""
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+    from kernelwright.ops import _cluster_norm as cn
+    from kernelwright.ops.rms_norm import cuda as rc
+    from kernelwright.ops.softmax import cuda as sc
+
+    mod, extra = (lc, ("SAVE_STATS=0", "ONE_PASS_MEAN=0", "PAIR=0")) if family == "layer_norm" else \
+        (rc, ("OFFSET=0", "SAVE_STATS=0", "FAST=1"))
+    for n in (16384, 65536, 262144):
+        cfg = sc.cluster_config(n, 2, True)
+        k = cn.compiled(mod.SOURCE, f"{family}_cluster", cn.options(cfg, torch.bfloat16, (*extra, "TIMELINE=1")))
+        rep = ki.analyze(ki.Artifact(f"{family}_cluster", k.cubin, cfg.threads))
+        assert rep.mix.opcodes.get("CS2R", 0) + rep.mix.opcodes.get("S2UR", 0) + rep.mix.opcodes.get("S2R", 0) > 0
+        assert rep.registers <= 64 and rep.mix.local_store_bytes <= 32, (n, rep.registers, rep.mix.local_store_bytes)
+        plain = ki.analyze(ki.Artifact(f"{family}_cluster", mod.artifact(n, torch.bfloat16)["cubin"], cfg.threads))
+        assert sum(rep.mix.opcodes.values()) > sum(plain.mix.opcodes.values())  # the records are extra code

@@ -450,7 +450,10 @@ case "${1:-fwd}" in
     # session 22, not yet run: where layer norm's wide forward waits (latency-bound by run 87's counters: DRAM 62%,
     # occupancy 47% at 4096 x 65536). Nsight Compute's stall reasons (issue-active cycles a warp spends stalled, by
     # reason) and issue rates for one launch each of layer norm's cluster and split rungs and rms's cluster rung (the
-    # 4.0 TB/s contrast) at 4096 x 65536 and 1024 x 262144, bf16. About 4 minutes with the start.
+    # 4.0 TB/s contrast) at 4096 x 65536 and 1024 x 262144, bf16. First the CTAs' own timelines (norm_timeline.py:
+    # phases, and whether the two CTAs of an SM overlap their memory phases or move in step). About 5 minutes.
+    step 150 python3 benchmarks/experiments/norm_timeline.py
+    cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
     STALLS=""
     for r in long_scoreboard barrier membar short_scoreboard wait math_pipe_throttle lg_throttle mio_throttle \
              no_instruction not_selected selected dispatch_stall drain sleeping branch_resolving misc; do
@@ -486,10 +489,15 @@ PY
     done
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ws_*.csv) 2>/dev/null
     grep -E "^== ncu|stalls|duration|dram__" "$LOG" | cut -c1-160
+    sed -n '/^case  /,/^(phases/p' "$LOG"
     ;;
   ln1024)
     # session 21: layer norm at 1024 columns with FUSED_CENTER_NARROW (one warp a row from 65536 rows, runs 89-90),
-    # every rung and peer in one process (carry .whl: Liger)
+    # every rung and peer in one process (carry .whl: Liger); first the GPU tests session 21 changed without a GPU
+    # (the fused forward's FUSED_SUM_FIRST test after its generator fix; the backward launcher's folded fallbacks)
+    step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k sum_first
+    step 200 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k "not global"
+    grep -E "passed|failed" "$LOG" | tail -2
     step 150 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes 65536x1024,16384x1024 --max-seconds 0.3
     grep -E "│ layer_norm" "$LOG" | cut -c1-100
     ;;

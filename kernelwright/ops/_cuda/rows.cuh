@@ -457,4 +457,80 @@ __device__ __forceinline__ void store_pair(const unsigned (&w)[NV][WORDS], uint4
     }
 }
 #endif
+
+// --- TIMELINE: an experiment's instrument (benchmarks/experiments/norm_timeline.py; 0 in the library, where it
+// compiles to nothing). The kernel takes one more argument, 8 words a CTA that thread 0 fills: the SM it ran on,
+// the SM's clock (clock64) when the CTA began, when its chunk had landed (timeline_loaded: every thread's registers
+// and shared-memory copies, then a block barrier, which the kernel without the instrument does not wait for in one
+// place), when its row's statistics were known, when its last store was issued, and the global timer (ns) at the
+// beginning and the end (to turn cycles into time). ---
+#ifndef TIMELINE
+#define TIMELINE 0
+#endif
+#if TIMELINE && !defined(KW_EMULATE)
+#define TIMELINE_PARAM , long long* __restrict__ tl_
+__device__ __forceinline__ long long timeline_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return (long long)t;
+}
+__device__ __forceinline__ long long timeline_sm() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+    return (long long)r;
+}
+#define TIMELINE_BEGIN()                                                                      \
+    do {                                                                                      \
+        if (threadIdx.x == 0) {                                                               \
+            long long* t_ = tl_ + (size_t)blockIdx.x * 8;                                     \
+            t_[0] = timeline_sm(), t_[6] = timeline_ns(), t_[1] = clock64();                  \
+        }                                                                                     \
+    } while (0)
+#define TIMELINE_MARK(i)                                                                      \
+    do {                                                                                      \
+        if (threadIdx.x == 0) tl_[(size_t)blockIdx.x * 8 + 1 + (i)] = clock64();              \
+    } while (0)
+#define TIMELINE_END()                                                                        \
+    do {                                                                                      \
+        if (threadIdx.x == 0) {                                                               \
+            long long* t_ = tl_ + (size_t)blockIdx.x * 8;                                     \
+            t_[4] = clock64(), t_[7] = timeline_ns();                                         \
+        }                                                                                     \
+    } while (0)
+// every thread's chunk in (a use of each register word, the shared-memory copies waited for), then the CTA's
+__device__ __forceinline__ void timeline_loaded(const unsigned (&w)[NV][WORDS], long long* tl) {
+    unsigned acc = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j)
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) acc ^= w[j][k];
+#if SNV
+    cp_async_wait<0>();
+#endif
+    if (acc == 0x9e3779b9u && threadIdx.x == THREADS) tl[0] = -1;  // never true: keeps the use
+    __syncthreads();
+    if (threadIdx.x == 0) tl[(size_t)blockIdx.x * 8 + 2] = clock64();
+}
+#define TIMELINE_LOADED(w) timeline_loaded(w, tl_)
+#else
+#define TIMELINE_PARAM
+#define TIMELINE_BEGIN() ((void)0)
+#define TIMELINE_MARK(i) ((void)0)
+#define TIMELINE_END() ((void)0)
+#define TIMELINE_LOADED(w) ((void)0)
+#endif
+// STAGGER_NS (the same experiment's other instrument; 0 in the library): the rows [STAGGER_FROM, 2 STAGGER_FROM)
+// (the first wave's second CTA on each SM, when the block scheduler fills the SMs round robin) sleep STAGGER_NS
+// before they load, so that the two CTAs of an SM start half a life apart rather than together.
+#ifndef STAGGER_NS
+#define STAGGER_NS 0
+#endif
+#if STAGGER_NS && !defined(KW_EMULATE)
+#define STAGGER(row)                                                                          \
+    do {                                                                                      \
+        if ((row) >= STAGGER_FROM && (row) < 2 * STAGGER_FROM) __nanosleep(STAGGER_NS);       \
+    } while (0)
+#else
+#define STAGGER(row) ((void)0)
+#endif
 #endif

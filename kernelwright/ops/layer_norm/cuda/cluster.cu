@@ -425,19 +425,23 @@ __cluster_dims__(CLUSTER, 1, 1)
 __launch_bounds__(THREADS, MIN_BLOCKS)
 layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, const void* __restrict__ b_,
                    void* __restrict__ y_, float* __restrict__ mean_, float* __restrict__ rstd_, int n_cols,
-                   int x_stride, int y_stride, float eps, float inv_n) {
+                   int x_stride, int y_stride, float eps, float inv_n TIMELINE_PARAM) {
     __shared__ float red_a[THREADS / 32], red_s[THREADS / 32], red_m[THREADS / 32], red_t[THREADS / 32];
+    TIMELINE_BEGIN();
     __shared__ float4 part;  // this CTA's (e, mean, M2, n), read by the whole cluster
     const int tid = threadIdx.x;
     const int base = (int)cluster_rank() * CHUNK;
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
+    STAGGER(row);
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
+    TIMELINE_LOADED(w);
 #if VECTOR
     const uint4* const wb[2] = {static_cast<const uint4*>(w_), static_cast<const uint4*>(b_)};
     const FirstGroup<2> first = WEARLY ? first_group(wb, base, n_cols) : FirstGroup<2>{};  // (rows.cuh)
 #endif
     const float2 mr = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m, red_t), inv_n, eps);  // 2-3.
+    TIMELINE_MARK(2);
 #if SAVE_STATS
     if (base == 0 && tid == 0) mean_[row] = mr.x, rstd_[row] = mr.y;
 #else
@@ -453,6 +457,7 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
         return make_uint4(affine_word(q.x, p[0].x, p[1].x, mr), affine_word(q.y, p[0].y, p[1].y, mr),
                           affine_word(q.z, p[0].z, p[1].z, mr), affine_word(q.w, p[0].w, p[1].w, mr));
     });
+    TIMELINE_END();
 #else
 #if EB == 4
     unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;

@@ -361,20 +361,25 @@ __cluster_dims__(CLUSTER, 1, 1)
 #endif
 __launch_bounds__(THREADS, MIN_BLOCKS)
 rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void* __restrict__ y_,
-                 float* __restrict__ rstd_, int n_cols, int x_stride, int y_stride, float eps, float inv_n) {
+                 float* __restrict__ rstd_, int n_cols, int x_stride, int y_stride, float eps,
+                 float inv_n TIMELINE_PARAM) {
     __shared__ float red_a[NWARPS], red_s[NWARPS];
+    TIMELINE_BEGIN();
     __shared__ float2 part;  // this CTA's (e, s), read by the whole cluster
     const int tid = threadIdx.x;
     const int base = (int)cluster_rank() * CHUNK;
     const long long row = blockIdx.x / CLUSTER;
     unsigned w[NV][WORDS];
+    STAGGER(row);
     load_chunk(w, x_, row, x_stride, base, n_cols, 0u);  // 1. (rows.cuh); zeros past the row's end
+    TIMELINE_LOADED(w);
 #if VECTOR
     const uint4* const wr[1] = {static_cast<const uint4*>(w_)};
     const FirstGroup<1> first = WEARLY ? first_group(wr, base, n_cols) : FirstGroup<1>{};  // (rows.cuh)
 #endif
     // 2-3.
     const float rstd = row_rstd(&part, block_stats(w, red_a, red_s, x_, row, x_stride, base, n_cols), inv_n, eps);
+    TIMELINE_MARK(2);
 #if SAVE_STATS
     if (base == 0 && tid == 0) rstd_[row] = rstd;
 #else
@@ -390,6 +395,7 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
         return make_uint4(scale_word(q.x, wq[0].x, rstd), scale_word(q.y, wq[0].y, rstd),
                           scale_word(q.z, wq[0].z, rstd), scale_word(q.w, wq[0].w, rstd));
     });
+    TIMELINE_END();
 #else
 #if EB == 4
     unsigned* yr = static_cast<unsigned*>(y_) + (size_t)row * y_stride;
