@@ -74,6 +74,16 @@ python3 -c "import liger_kernel; print('liger-kernel', __import__('importlib.met
 echo "commit $KW_GIT_COMMIT" | tee -a "$LOG"
 step() { local t=$1; shift; echo "== $* (limit ${t}s)" | tee -a "$LOG"; local s=$SECONDS
          timeout "$t" "$@" >> "$LOG" 2>&1; echo "   rc=$? in $((SECONDS - s))s" | tee -a "$LOG"; }
+# each setting (NAME=VALUE[,NAME=VALUE] of rms_norm_bwd.cuda's switches) in its own process: the three norm backward
+# families' cluster rung at the sizes $1 (bf16), then their rows
+bwd_switch_runs() { local sizes=$1 sw a args; shift
+  for sw in "$@"; do
+    args=""; for a in ${sw//,/ }; do args="$args kernelwright.ops.rms_norm_bwd.cuda.$a"; done
+    step 60 python3 benchmarks/experiments/switch_bench.py $args -- bench rms_norm_bwd layer_norm_bwd \
+      add_rms_norm_bwd --dtypes bf16 --sizes "$sizes" --variant cluster --no-peers --max-seconds 0.3
+    echo "   ($sw)" | tee -a "$LOG"
+  done
+  grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100; }
 python3 -m kernelwright.cli roofline >> "$LOG" 2>&1
 case "${1:-fwd}" in
   cluster)
@@ -419,15 +429,8 @@ case "${1:-fwd}" in
     # in its own process, cluster rung only. About 5 minutes with the start.
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k global
     grep -E "passed|failed" "$LOG" | tail -1
-    for sw in ${GX_SW:-GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3 \
-              GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3}; do
-      args=""; for a in ${sw//,/ }; do args="$args kernelwright.ops.rms_norm_bwd.cuda.$a"; done
-      step 60 python3 benchmarks/experiments/switch_bench.py $args -- \
-        bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 --sizes 4096x65536,1024x262144 \
-        --variant cluster --no-peers --max-seconds 0.3
-      echo "   ($sw)" | tee -a "$LOG"
-    done
-    grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
+    bwd_switch_runs 4096x65536,1024x262144 ${GX_SW:-GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 \
+      GLOBAL_FROM=16,STAGES=3 GLOBAL_FROM=0 GLOBAL_FROM=16 GLOBAL_FROM=2 GLOBAL_FROM=16,STAGES=3}
     ;;
   spare)
     # session 22, not yet run: the norm backward at 262144 columns, where 7 clusters of 16 leave 20 of 132 SMs idle:
@@ -438,13 +441,8 @@ case "${1:-fwd}" in
     # split of rows is coarser with fewer). About 5 minutes with the start.
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k spare
     grep -E "passed|failed" "$LOG" | tail -1
-    for w in ${SPARE_SW:-0 0.5 0.7 0.9 0 0.5 0.7 0.9}; do
-      step 60 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm_bwd.cuda.SPARE_WEIGHT=$w -- \
-        bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 --sizes 1024x262144,2048x262144 \
-        --variant cluster --no-peers --max-seconds 0.3
-      echo "   (SPARE_WEIGHT=$w)" | tee -a "$LOG"
-    done
-    grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100
+    bwd_switch_runs 1024x262144,2048x262144 ${SPARE_SW:-SPARE_WEIGHT=0 SPARE_WEIGHT=0.5 SPARE_WEIGHT=0.7 \
+      SPARE_WEIGHT=0.9 SPARE_WEIGHT=0 SPARE_WEIGHT=0.5 SPARE_WEIGHT=0.7 SPARE_WEIGHT=0.9}
     ;;
   warpstate)
     # session 22, not yet run: where layer norm's wide forward waits (latency-bound by run 87's counters: DRAM 62%,
