@@ -159,6 +159,75 @@ def test_one_pass_mean_matches_float64(cuda_dev, monkeypatch, dtype):
     _check(x[3:5], w, b, eps=0.0)  # no eps: the tiny rows' own spread sets rstd, so their mean must be right
 
 
+# --- FAST_STATS and STORE_FMA (session 22, not yet run on a GPU): one pass for the statistics, two FMAs a store ---
+def test_fast_stats_and_store_fma_compile_without_spills(monkeypatch):
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    for n, dtype in ((40000, torch.bfloat16), (65536, torch.float16), (262144, torch.bfloat16), (8192, torch.bfloat16)):
+        monkeypatch.setattr(lc, "FAST_STATS", False)
+        monkeypatch.setattr(lc, "STORE_FMA", False)
+        before = lc.artifact(n, dtype, True, save_stats=True)
+        monkeypatch.setattr(lc, "FAST_STATS", True)
+        fast = lc.artifact(n, dtype, True, save_stats=True)
+        assert (fast["cubin"] != before["cubin"]) == (fast["config"].snv > 0), n  # only with shared-memory vectors
+        monkeypatch.setattr(lc, "STORE_FMA", True)
+        both = lc.artifact(n, dtype, True, save_stats=True)
+        for art in (fast, both):
+            rep = ki.analyze(ki.Artifact("layer_norm_cluster", art["cubin"], art["threads_per_block"]))
+            assert rep.registers <= 64 and rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, (n, rep.stack_bytes)
+            # the fast path: one barrier before the row's (e, mean, M2) is known; the slow paths' are behind a branch
+            assert rep.mix.opcodes.get("BAR.SYNC.DEFER_BLOCKING", 0) + rep.mix.opcodes.get("BAR.SYNC", 0) >= 1
+
+
+def _special_rows(n: int, dtype: torch.dtype, dev: str) -> torch.Tensor:
+    x = torch.randn(9, n, device=dev)
+    x[0] = 0
+    x[1] = 2.5                                             # constant: M2 = Q - S mean cancels entirely
+    x[2] *= 1.2e4 if dtype == torch.float16 else 1e37      # past 2^40 (bf16): the scaled passes
+    x[3] *= 1e-6 if dtype == torch.float16 else 1e-30      # under 2^-40 (bf16): the scaled passes
+    x[4] = x[4] + 1000                                     # a large mean: cancellation, the centred pass
+    x[5] = x[5] * 2 + 7                                    # mean 3.5 sd: M2 / Q = 0.075, just over 1 / 16: fast
+    x[6] = x[6] * 2 + 8.5                                  # mean 4.25 sd: 0.052, just under: the centred pass
+    x[7, : n // 2] *= 1e-30 if dtype == torch.bfloat16 else 1e-6  # a row whose CTAs take different paths
+    x[8] = x[8] * 3 + 1
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("store_fma", [False, True], ids=["fast", "fast+fma"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fast_stats_match_float64(cuda_dev, monkeypatch, dtype, store_fma):
+    monkeypatch.setattr(lc, "FAST_STATS", True)
+    monkeypatch.setattr(lc, "STORE_FMA", store_fma)
+    for n in (40000, 65536, 131072):
+        x = torch.randn(3, n, device=cuda_dev).mul_(3).add_(1).to(dtype)
+        w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
+        _check(x, w, b)
+    n = 262144
+    x = _special_rows(n, dtype, cuda_dev)
+    w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
+    _check(x, w, b)
+    _check(x[3:4], w, b, eps=0.0)  # no eps: the tiny row's own spread sets rstd
+
+
+def test_fast_stats_take_the_fast_path_only_where_it_holds(cuda_dev, monkeypatch):
+    """rstd with FAST_STATS against without: the same bits on the rows that fall back (zeros, constant, out of range,
+    cancelled), other bits on some of the rows that take the one-pass M2 (the mean is the same value either way)."""
+    n = 262144
+    x = _special_rows(n, torch.bfloat16, cuda_dev)
+    w, b = torch.randn(n, device=cuda_dev).bfloat16(), torch.randn(n, device=cuda_dev).bfloat16()
+    stats = {}
+    for fast in (False, True):
+        monkeypatch.setattr(lc, "FAST_STATS", fast)
+        mean, rstd = (torch.full((9,), float("nan"), device=cuda_dev) for _ in range(2))
+        lc.layer_norm_cluster(x, w, b, 1e-5, out=torch.empty_like(x), stats=(mean, rstd))
+        stats[fast] = mean, rstd
+    assert torch.equal(stats[False][0], stats[True][0]), "the mean: S / n is the scaled sum's value"
+    same = stats[False][1] == stats[True][1]
+    assert same[[0, 1, 2, 3, 4, 6]].all(), same
+    assert not same[[5, 8]].all(), "no row took the one-pass M2"
+
+
 # --- the PAIR_ROWS switch (session 19, not yet run on a GPU): two rows a cluster, w and b read once for both ----
 PAIR_SHAPES = [(65536, torch.bfloat16, True, (2, 512)), (262144, torch.float16, True, (8, 512)),
                (40000, torch.bfloat16, True, (2, 512)), (131072, torch.bfloat16, True, (4, 512)),

@@ -464,6 +464,39 @@ def test_fast_chunk_statistics_match_the_scaled_ones(kind, chunk, monkeypatch):
 
 
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
+def test_split_one_pass_m2_only_where_few_bits_cancel(monkeypatch):
+    """SPLIT_ONE_PASS (an experiment switch): layer norm's chunk M2 as Q - S mean from the one reduction where at most
+    4 bits cancel (rstd within 1e-5 of the two-reduction fast path's, and other bits on some rows: the path is
+    taken), the centred sum bit for bit where more cancel (a large mean, a constant row) or the row is out of the
+    fast range; every row against float64."""
+    from kernelwright.ops.rms_norm import triton as fwd
+    from kernelwright.ops.rms_norm.triton import norm_forward
+
+    cols = 250
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(8, cols, generator=g)
+    x = torch.stack([base[0], base[1] * 3 + 1, base[2] * 2 + 7, base[3] * 1e6, base[4] + 1000, torch.full((cols,), 2.5),
+                     base[6] * 1e-30, base[7] * 2 + 8.5]).bfloat16()
+    one_pass, centred = [0, 1, 2, 3], [4, 5, 6, 7]  # mean 0, 1/3, 3.5 sd, scaled; 1000 sd, constant, tiny, 4.25 sd
+    w, b = torch.randn(cols, generator=g).bfloat16(), torch.randn(cols, generator=g).bfloat16()
+    monkeypatch.setattr(fwd, "FAST_STATS", True)
+    out = {}
+    for on in (False, True):
+        monkeypatch.setattr(fwd, "SPLIT_ONE_PASS", on)
+        for dtype in (torch.bfloat16, torch.float32):
+            y, stats = torch.full_like(x, float("nan"), dtype=dtype), (torch.empty(8), torch.empty(8))
+            norm_forward("split", x.to(dtype), w.to(dtype), 1e-5, y=y, bias=b.to(dtype), stats=stats)
+            out[on, dtype] = (y, stats[1])
+    (y0, r0), (y1, r1) = out[False, torch.bfloat16], out[True, torch.bfloat16]
+    torch.testing.assert_close(r1[one_pass], r0[one_pass], rtol=1e-5, atol=0)
+    assert not torch.equal(r1[one_pass], r0[one_pass]), "no row took the one-pass M2"
+    assert torch.equal(r1[centred], r0[centred]) and torch.equal(y1[centred], y0[centred])
+    close(y1, ref_layer(x, w, b))
+    for a, c in zip(out[False, torch.float32], out[True, torch.float32], strict=True):
+        assert torch.equal(a, c)  # fp32 rows keep the centred sum (the switch is for 16-bit rows)
+
+
+@pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
 def test_split_layer_norm_exchange_at_extreme_magnitudes():
     """The layer norm exchange word carries unscaled (mean, std / 4): rows near fp32's largest values, tiny rows,
     a large common offset, a zero row, a row whose chunks differ by 2^60 in scale, all merged exactly enough."""
@@ -571,7 +604,7 @@ _BF16 = "*bf16"
                                     "fwd_split_wide_layer", "bwd_fused", "bwd_fused_narrow", "bwd_split",
                                     "bwd_split_wide", "bwd_fused_narrow_paired", "bwd_split_wide_paired",
                                     "fwd_split_wide_fast", "fwd_split_wide_layer_fast", "fwd_fused_early",
-                                    "fwd_fused_layer", "fwd_fused_sumfirst"])
+                                    "fwd_fused_layer", "fwd_fused_sumfirst", "fwd_split_wide_layer_onepass"])
 def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     from kernelwright.harness.inspect import compile_triton, disassemble, read_cubin
     from kernelwright.ops.rms_norm import triton as fwd
@@ -593,9 +626,12 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     fast = kernel.endswith("_fast")  # FAST_STATS (the split forward's chunk statistics, one reduction fewer)
     early = kernel.endswith("_early")  # FUSED_BIAS_EARLY (the fused forward's bias loaded with the weight)
     sum_first = kernel.endswith("_sumfirst")  # FUSED_SUM_FIRST (add_rms_norm: one unscaled sum, no centring)
+    one_pass = kernel.endswith("_onepass")  # SPLIT_ONE_PASS (layer norm's M2 from the same reduction)
+    fast = fast or one_pass
     if sum_first:
         flags.update(CENTER=False)
     kernel = kernel.removesuffix("_paired").removesuffix("_fast").removesuffix("_early").removesuffix("_sumfirst")
+    kernel = kernel.removesuffix("_onepass")
     if kernel.startswith("fwd_fused"):
         width = 1024 if kernel.endswith("narrow") else 4096
         rows, block, warps = fwd.fused_tile(width, center=kernel.endswith("layer"))
@@ -619,6 +655,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         cx["PAIRED_SUMS"] = paired
     if "FAST" in fn.arg_names:
         cx["FAST"] = fast
+    if "ONE_PASS" in fn.arg_names:
+        cx["ONE_PASS"] = one_pass
     if "BIAS_EARLY" in fn.arg_names:
         cx["BIAS_EARLY"] = early
     if "SUM_FIRST" in fn.arg_names:

@@ -53,6 +53,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh spare        # the 262144 backward's idle SMs given groups
 #                                                                # (SPARE_WEIGHT, session 22): tests, weights
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh warpstate    # ncu stall reasons: layer norm's wide forward
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnfast       # layer norm cluster FAST_STATS / STORE_FMA,
+#                                                                # split SPLIT_ONE_PASS
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ln1024       # layer norm at 1024 columns with peers
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
@@ -444,6 +446,27 @@ case "${1:-fwd}" in
     bwd_switch_runs 1024x262144,2048x262144 ${SPARE_SW:-SPARE_WEIGHT=0 SPARE_WEIGHT=0.5 SPARE_WEIGHT=0.7 \
       SPARE_WEIGHT=0.9 SPARE_WEIGHT=0 SPARE_WEIGHT=0.5 SPARE_WEIGHT=0.7 SPARE_WEIGHT=0.9}
     ;;
+  lnfast)
+    # session 22, not yet run: the layer norm cluster rung with fewer instructions an element (~15 against rms's ~7,
+    # sm_90 SASS): FAST_STATS (the largest magnitude, sum and sum of squares in one pass and one barrier; the wide
+    # 16-bit rows only) and STORE_FMA (the store as two FMAs); and the split rung's SPLIT_ONE_PASS (the same one
+    # reduction in Triton). GPU tests first (and the split rung's, with the switch: test_ladders' layer_norm split),
+    # then off / each / both, twice, each in its own process, cluster and split side by side. About 7 minutes.
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py -k fast_stats
+    step 90 python3 benchmarks/experiments/switch_bench.py kernelwright.ops.rms_norm.triton.SPLIT_ONE_PASS=True -- \
+      check layer_norm --variant split --dtypes bf16,fp16
+    grep -E "passed|failed" "$LOG" | tail -1
+    L=kernelwright.ops.layer_norm.cuda T=kernelwright.ops.rms_norm.triton
+    for sw in "" "$L.FAST_STATS=True" "$L.STORE_FMA=True" "$L.FAST_STATS=True $L.STORE_FMA=True" \
+              "$T.SPLIT_ONE_PASS=True" "" "$L.FAST_STATS=True" "$L.STORE_FMA=True" \
+              "$L.FAST_STATS=True $L.STORE_FMA=True" "$T.SPLIT_ONE_PASS=True"; do
+      step 60 python3 benchmarks/experiments/switch_bench.py $sw -- bench layer_norm --dtypes bf16 \
+        --sizes 16384x8192,16384x16384,4096x65536,1024x262144 --variant cluster --variant split --no-peers \
+        --max-seconds 0.3
+      sw=${sw//kernelwright.ops./}; echo "   (${sw:-defaults})" | tee -a "$LOG"
+    done
+    grep -E "│ layer_norm|^   \(" "$LOG" | cut -c1-100
+    ;;
   warpstate)
     # session 22, not yet run: where layer norm's wide forward waits (latency-bound by run 87's counters: DRAM 62%,
     # occupancy 47% at 4096 x 65536). Nsight Compute's stall reasons (issue-active cycles a warp spends stalled, by
@@ -452,19 +475,14 @@ case "${1:-fwd}" in
     # phases, and whether the two CTAs of an SM overlap their memory phases or move in step). About 5 minutes.
     step 150 python3 benchmarks/experiments/norm_timeline.py
     cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
-    STALLS=""
-    for r in long_scoreboard barrier membar short_scoreboard wait math_pipe_throttle lg_throttle mio_throttle \
-             no_instruction not_selected selected dispatch_stall drain sleeping branch_resolving misc; do
-      STALLS="$STALLS,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
-    done
-    METRICS="gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,launch__registers_per_thread$STALLS"
     for case in "layer_norm cluster" "layer_norm split" "rms_norm cluster"; do
       set -- $case
       for size in 4096x65536 1024x262144; do
         tag="${1}_${2}_$size"
         echo "== ncu $tag" | tee -a "$LOG"
         timeout 120 ncu --clock-control none --target-processes all --kernel-name "regex:${1}_cluster|_norm_fwd_split" \
-          --launch-skip 6 --launch-count 1 --metrics "$METRICS" --csv --page raw \
+          --launch-skip 6 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+          --section SchedulerStats --csv --page raw \
           python3 -m kernelwright.cli bench "$1" --variant "$2" --no-peers --dtypes bf16 --sizes "$size" \
           --max-seconds 0.2 > "/tmp/ncu_ws_$tag.csv" 2>> "$LOG"
         echo "   rc=$?" | tee -a "$LOG"
@@ -476,10 +494,20 @@ if len(rows) < 3:
 head, units, vals = rows[0], rows[1], rows[-1]
 got = {h: v for h, v in zip(head, vals)}
 print("   kernel", got.get("Kernel Name", "?")[:60])
+want = ("gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+        "sm__warps_active.avg.pct_of_peak_sustained_active", "smsp__issue_active.avg.pct_of_peak_sustained_active",
+        "smsp__warps_eligible.avg.per_cycle_active", "launch__registers_per_thread")
 for h in head:
-    if h.startswith(("gpu__", "dram__", "sm__", "smsp__issue", "smsp__warps_eligible", "launch__")):
+    if h in want:
         print(f"   {h}: {got[h]}")
-st = sorted(((float(got[h].replace(",", "") or 0), h) for h in head if "issue_stalled" in h), reverse=True)
+def num(v):
+    try:
+        return float(v.replace(",", ""))
+    except ValueError:
+        return 0.0
+st = sorted(((num(got[h]), h) for h in head
+             if h.startswith("smsp__average_warps_issue_stalled_") and h.endswith("_per_issue_active.ratio")),
+            reverse=True)
 print("   stalls (cycles a warp a issue):", ", ".join(f"{h.split('stalled_')[1].split('_per')[0]} {v:.2f}"
                                                      for v, h in st[:8]))
 PY

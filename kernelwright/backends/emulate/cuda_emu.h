@@ -58,12 +58,14 @@ struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) uint2 { unsigned x, y; };
 struct alignas(8) int2 { int x, y; };
 struct alignas(8) float2 { float x, y; };
+struct float3 { float x, y, z; };  // (CUDA's: 4-byte aligned, 12 bytes)
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
 inline int2 make_int2(int x, int y) { return {x, y}; }
 inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float3 make_float3(float x, float y, float z) { return {x, y, z}; }
 
 template <class To, class From>
 inline To kw_bits(From f) {

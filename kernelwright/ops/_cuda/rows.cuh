@@ -255,34 +255,67 @@ __device__ __forceinline__ float chunk_amax(const unsigned (&w)[NV][WORDS]) {
     return from_bits(m);
 }
 
-#if SNV
-// PAIR kernels, 2.: both rows' largest magnitudes (x, y; raw bits as chunk_amax, once the shared-memory copies have
-// landed) and sums (z, w) in one pass, each element folded into its row's sum by acc = f(acc, word, element index)
-template <typename F>
-__device__ __forceinline__ float4 pair_amax_fold(const unsigned (&w)[NV][WORDS], F f) {
-    unsigned m0 = 0, m1 = 0;
-    float s0 = 0.0f, s1 = 0.0f;
+// one-pass statistics (rms_norm's FAST, layer_norm's ONE_PASS_MEAN and FAST_STATS, the PAIR kernels): the largest
+// |x| of held words as raw bits (max_magnitude) into m and, in the same pass, every element folded into an
+// accumulator by acc = f(acc, word, element index) (f unpacks the element as it needs). fold_registers: this
+// thread's words in registers; fold_shared: its first N shared-memory vectors, once its copies have landed
+template <typename A, typename F>
+__device__ __forceinline__ void fold_registers(const unsigned (&w)[NV][WORDS], unsigned& m, A& acc, F f) {
 #pragma unroll
     for (int j = 0; j < NV; ++j)
 #pragma unroll
         for (int k = 0; k < WORDS; ++k) {
-            m0 = max_magnitude(m0, w[j][k]);
+            m = max_magnitude(m, w[j][k]);
 #pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) s0 = f(s0, w[j][k], i);
+            for (int i = 0; i < PER_WORD; ++i) acc = f(acc, w[j][k], i);
         }
+}
+#if SNV
+template <int N, typename A, typename F>
+__device__ __forceinline__ void fold_shared(unsigned& m, A& acc, F f) {
     cp_async_wait<0>();
 #pragma unroll 1
-    for (int j = 0; j < NV; ++j) {
-        const uint4 q = held[j * THREADS + threadIdx.x];
+    for (int j = 0; j < N; ++j) {
+        const uint4 h = held[j * THREADS + threadIdx.x];
 #pragma unroll
         for (int k = 0; k < WORDS; ++k) {
-            m1 = max_magnitude(m1, word(q, k));
+            m = max_magnitude(m, word(h, k));
 #pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) s1 = f(s1, word(q, k), i);
+            for (int i = 0; i < PER_WORD; ++i) acc = f(acc, word(h, k), i);
         }
     }
-    m0 = max(m0 & 0xffffu, m0 >> 16), m1 = max(m1 & 0xffffu, m1 >> 16);  // the pair kernels' rows are 16-bit
-    return make_float4(from_bits(m0), from_bits(m1), s0, s1);
+}
+#endif
+// the 16-bit magnitudes of a word's two halves merged (raw bits to the float they are)
+__device__ __forceinline__ float amax_of(unsigned m) {
+#if EB == 2 && VECTOR
+    m = max(m & 0xffffu, m >> 16);
+#endif
+    return from_bits(m);
+}
+
+// the thread's held chunk (registers, then shared memory): its largest |x| into `amax`, the fold returned
+template <typename A, typename F>
+__device__ __forceinline__ A chunk_amax_fold(const unsigned (&w)[NV][WORDS], float& amax, A acc, F f) {
+    unsigned m = 0;
+    fold_registers(w, m, acc, f);
+#if SNV
+    fold_shared<SNV>(m, acc, f);
+#endif
+    amax = amax_of(m);
+    return acc;
+}
+
+#if SNV
+// PAIR kernels, 2.: both rows' largest magnitudes (x, y) and folds (z, w): row r0's in registers, row r0 + 1's in
+// the shared-memory slots (SNV == NV)
+template <typename F>
+__device__ __forceinline__ float4 pair_amax_fold(const unsigned (&w)[NV][WORDS], F f) {
+    unsigned m0 = 0, m1 = 0;
+    float s0 = 0.0f, s1 = 0.0f;
+    fold_registers(w, m0, s0, f);
+    fold_shared<NV>(m1, s1, f);
+    return make_float4(amax_of(m0), amax_of(m1), s0, s1);  // (the pair kernels' rows are 16-bit, 16-byte path)
 }
 #endif
 

@@ -88,6 +88,12 @@ squares, where FUSED_FAST reduces the sum and the largest magnitude together; ro
 below 2^-60 are scaled by their largest magnitude's exponent and summed again (only in programs that hold one).
 torch.compile's rms at 16384 x 8192 ran 4.21 TB/s against our best 4.02 (cluster) and fused's 3.89-3.99 (runs
 80-82). Not yet run on a GPU (session 19; ``ops.sh normpair`` times it)."""
+SPLIT_ONE_PASS = False
+"""Experiment switch (layer norm's split forward): :func:`_chunk_stats`'s fast path with the sum of squares in the
+same reduction as the sum and the largest magnitude (one block reduction a chunk instead of two), M2 = Q - S mean
+where at most 4 bits cancel (at most ~4 standard deviations of mean), else the centred sum as before; 16-bit rows
+only. Turns the fast path on at every width for layer norm (:func:`fast_stats` keeps it off past 65536 columns,
+where it did not gain alone). The cluster rung's FAST_STATS, in Triton. Not yet run on a GPU (session 22)."""
 FAST_LO, FAST_HI = tl.constexpr(-20), tl.constexpr(30)
 """the range of floor(log2(max |v|)) where :func:`_chunk_stats`'s fast path applies: squares up to 2^62 (sums up
 to 2^80: no overflow), and a value whose square underflows (|v| < 2^-63) is under 2^-43 of the largest, far below
@@ -124,7 +130,12 @@ def _add_and_max(s1, a1, s2, a2):
 
 
 @triton.jit
-def _chunk_stats(v, mask, n, CENTER: tl.constexpr, FAST: tl.constexpr = False):
+def _add_add_and_max(s1, q1, a1, s2, q2, a2):
+    return s1 + s2, q1 + q2, tl.maximum(a1, a2)
+
+
+@triton.jit
+def _chunk_stats(v, mask, n, CENTER: tl.constexpr, FAST: tl.constexpr = False, ONE_PASS: tl.constexpr = False):
     """(k, mean, M2) of one chunk of a row, in the chunk's scale 2^-k: mean of the n valid lanes (0 without
     CENTER) and the sum of squared deviations (of squares without CENTER).
 
@@ -132,9 +143,14 @@ def _chunk_stats(v, mask, n, CENTER: tl.constexpr, FAST: tl.constexpr = False):
     two-operand reduction, unscaled, then brought to the scale 2^-k exactly (a power of two), where max |v| lies
     in [2^FAST_LO, 2^(FAST_HI + 1)): there no square overflows and none that matters underflows, so the result
     is the scaled computation's, one dependent block reduction fewer (rms: 2 -> 1; layer norm: 3 -> 2). Outside
-    that range (and for Inf or NaN) the scaled path below runs."""
+    that range (and for Inf or NaN) the scaled path below runs.
+
+    ONE_PASS (with FAST and CENTER: :data:`SPLIT_ONE_PASS`): the sum of squares Q joins that reduction, and M2 = Q -
+    S mean where that keeps at least Q / 16 (else the centred sum): layer norm 2 -> 1."""
     if FAST:
-        if CENTER:
+        if CENTER and ONE_PASS:
+            first, sq, amax = tl.reduce((v, v * v, tl.abs(v)), 0, _add_add_and_max)
+        elif CENTER:
             first, amax = tl.reduce((v, tl.abs(v)), 0, _add_and_max)
         else:
             first, amax = tl.reduce((v * v, tl.abs(v)), 0, _add_and_max)
@@ -143,9 +159,16 @@ def _chunk_stats(v, mask, n, CENTER: tl.constexpr, FAST: tl.constexpr = False):
             s = exp2i(-k)
             if CENTER:
                 mean_u = first / n
-                d = tl.where(mask, v - mean_u, 0.0)
                 mean = mean_u * s
-                m2 = tl.sum(d * d, 0) * (s * s)
+                if ONE_PASS:
+                    m2_u = sq - first * mean_u
+                    if m2_u < sq * 0.0625:  # more than 4 bits cancelled: the centred sum
+                        d = tl.where(mask, v - mean_u, 0.0)
+                        m2_u = tl.sum(d * d, 0)
+                    m2 = m2_u * (s * s)
+                else:
+                    d = tl.where(mask, v - mean_u, 0.0)
+                    m2 = tl.sum(d * d, 0) * (s * s)
             else:
                 mean = tl.zeros([], tl.float32)
                 m2 = first * (s * s)
@@ -336,7 +359,7 @@ def _norm_fwd_split_kernel(
     SAVE_STATS: tl.constexpr,
     N_CHUNKS: tl.constexpr, CHUNKS_POW2: tl.constexpr, CHUNK: tl.constexpr,
     EVICT: tl.constexpr = "", STORE_CACHE: tl.constexpr = "", W_EVICT: tl.constexpr = "",
-    W_HOLD: tl.constexpr = False, FAST: tl.constexpr = False,
+    W_HOLD: tl.constexpr = False, FAST: tl.constexpr = False, ONE_PASS: tl.constexpr = False,
 ):
     # Program p holds chunk p % N_CHUNKS of rows p // N_CHUNKS, + groups, ... (a persistent grid of groups x
     # N_CHUNKS programs, all resident at once). slot: [R, N_CHUNKS] int64, -1 at launch. A chunk publishes its
@@ -376,7 +399,7 @@ def _norm_fwd_split_kernel(
             if STORE_H:
                 tl.store(h_ptr + row64 * h_stride + cols, to_output(v, h_ptr.dtype.element_ty), mask=mask,
                          cache_modifier=STORE_CACHE)
-        k, mean, m2 = _chunk_stats(v, mask, n_mine, CENTER, FAST)
+        k, mean, m2 = _chunk_stats(v, mask, n_mine, CENTER, FAST, ONE_PASS)
         if N_CHUNKS > 1:
             slots = slot_ptr + row64 * N_CHUNKS
             if CENTER:
@@ -559,6 +582,15 @@ def fast_stats(center: bool, residual: bool, n_cols: int) -> bool:
     return n_cols <= 65536 if center else n_cols > 65536
 
 
+def split_one_pass(center: bool, residual: bool, dtype: torch.dtype) -> bool:
+    """Whether the split forward takes :data:`SPLIT_ONE_PASS` (layer norm, 16-bit rows: in fp32 the M2's cancelled
+    bits, up to ~1e-4 of it, would show in the output; off under the interpreter unless :data:`FAST_STATS` forces
+    the fast path, as :func:`fast_stats`)."""
+    if not (SPLIT_ONE_PASS and center and not residual and dtype.itemsize == 2):
+        return False
+    return bool(FAST_STATS) if FAST_STATS is not None else not runtime.interpreting()
+
+
 def fused_fast() -> bool:
     """Whether the fused forward takes the fast statistics (:data:`FUSED_FAST`; None: on, every family, from run
     75). Off under the interpreter unless forced, as :func:`fast_stats` (its sequential fold of ``tl.reduce``)."""
@@ -671,7 +703,8 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
-                    FAST=fast_stats(center, has_res, n_cols),
+                    FAST=fast_stats(center, has_res, n_cols) or split_one_pass(center, has_res, x.dtype),
+                    ONE_PASS=split_one_pass(center, has_res, x.dtype),
                     **_split_cap(center and not has_res and split_chunk is None and n_cols > SPLIT_CHUNK))
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)

@@ -31,6 +31,13 @@
 #ifndef ONE_PASS_MEAN
 #define ONE_PASS_MEAN 0  // the largest magnitude and the sum in one pass (see chunk_amax_sum24; switch in ../cuda.py)
 #endif
+#ifndef FAST_STATS
+#define FAST_STATS 0  // the largest magnitude, sum and sum of squares in one pass (see block_stats; switch in ../cuda.py)
+#endif
+#ifndef STORE_FMA
+#define STORE_FMA 0  // y = (x rstd - mean rstd) w + b as two FMAs (affine_word; switch in ../cuda.py)
+#endif
+static_assert(!(FAST_STATS && ONE_PASS_MEAN), "FAST_STATS replaces ONE_PASS_MEAN's first pass");
 
 #include "../../_cuda/rows.cuh"  // element formats, cluster primitives, reductions, the chunk load, exponents
 
@@ -94,42 +101,59 @@ __device__ __forceinline__ float chunk_sum(const unsigned (&w)[NV][WORDS], int i
 // spills at 65536 / 262144 columns, 16-bit). Only for chunks with shared-memory vectors (SNV: ../cuda.py): without,
 // the permutes merge with the store's and 4096 / 8192 columns spill 176 bytes.
 __device__ __forceinline__ float2 chunk_amax_sum24(const unsigned (&w)[NV][WORDS]) {
-    unsigned m = 0;
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NV; ++j)
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            m = max_magnitude(m, w[j][k]);
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) s = fmaf(elem_again(w[j][k], i), 0x1p-24f, s);
-        }
-#if SNV
-    cp_async_wait<0>();
-#pragma unroll 1
-    for (int j = 0; j < SNV; ++j) {
-        const uint4 q = held[j * THREADS + threadIdx.x];
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            m = max_magnitude(m, word(q, k));
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) s = fmaf(elem_again(word(q, k), i), 0x1p-24f, s);
-        }
-    }
-#endif
-#if EB == 2 && VECTOR
-    m = max(m & 0xffffu, m >> 16);
-#endif
-    return make_float2(from_bits(m), s);
+    float amax;
+    const float s = chunk_amax_fold(w, amax, 0.0f, [](float s, unsigned word, int i) {  // (rows.cuh)
+        return fmaf(elem_again(word, i), 0x1p-24f, s);
+    });
+    return make_float2(amax, s);
 }
 
 #endif
 
-// 2. (e, mean, M2, n) of this CTA's chunk, mean and M2 in the scale 2^-e (see the header)
+#if FAST_STATS
+// FAST_STATS: this thread's largest magnitude (raw bits, as chunk_amax), unscaled sum and unscaled sum of squares in
+// one pass over the held chunk (columns past the row's end hold 0 and add nothing). Unpacked by byte permutes, as
+// chunk_amax_sum24: with the centred pass's shifts ptxas kept the values alive across the reduction (188-216 bytes
+// of spills a thread at 40000-262144 16-bit columns, sm_90)
+__device__ __forceinline__ float3 chunk_amax_sum_sq(const unsigned (&w)[NV][WORDS]) {
+    float amax;
+    const float2 sq = chunk_amax_fold(w, amax, make_float2(0.0f, 0.0f), [](float2 t, unsigned word, int i) {
+        const float v = elem_again(word, i);
+        return make_float2(t.x + v, fmaf(v, v, t.y));
+    });
+    return make_float3(amax, sq.x, sq.y);
+}
+
+// the block's largest magnitude (x) and two sums (y, z), one barrier (the sums in block_reduce_sum's order)
+__device__ __forceinline__ float3 block_reduce_max_sum_sum(float3 v, float* red_a, float* red_s, float* red_q) {
+    v.x = warp_max(v.x), v.y = warp_sum(v.y), v.z = warp_sum(v.z);
+    if ((threadIdx.x & 31) == 0) {
+        const int i = threadIdx.x >> 5;
+        red_a[i] = v.x, red_s[i] = v.y, red_q[i] = v.z;
+    }
+    __syncthreads();
+    v = make_float3(red_a[0], red_s[0], red_q[0]);
+#pragma unroll
+    for (int i = 1; i < THREADS / 32; ++i) v.x = fmaxf(v.x, red_a[i]), v.y += red_s[i], v.z += red_q[i];
+    return v;
+}
+#endif
+
+// 2. (e, mean, M2, n) of this CTA's chunk, mean and M2 in the scale 2^-e (see the header). FAST_STATS: one pass and
+//    one barrier for the largest magnitude a, the sum S and the sum of squares Q, unscaled; where a lies in
+//    [2^-40, 2^40] (no square overflows, none that matters underflows: Q >= a^2 >= 2^-80) the mean is S / n, the
+//    very value the scaled sum gives (scaling by 2^-e is exact), and M2 = Q - S mean where that keeps at least
+//    Q / 16 (at most 4 of fp32's 24 bits cancelled: |mean| under ~4 standard deviations; the sums' rounding, ~137
+//    ulps of Q at 128 values a thread, is then at most ~0.03% of M2). Otherwise (a large mean against a small
+//    spread, tiny or huge chunks, Inf, NaN) M2 comes from the centred pass as without the switch; a row's CTAs may
+//    take different paths, since each hands the merge its own (e, mean, M2, n).
 __device__ __forceinline__ float4 block_stats(const unsigned (&w)[NV][WORDS], int base, int n_cols, float* red_a,
                                               float* red_s, float* red_m, float* red_t) {
     const int n = chunk_cols(base, n_cols), inside = accesses_inside(base, n_cols);
-#if ONE_PASS_MEAN
+#if FAST_STATS
+    const float3 r = block_reduce_max_sum_sum(chunk_amax_sum_sq(w), red_a, red_s, red_t);
+    const float a = r.x;
+#elif ONE_PASS_MEAN
     const float2 as = block_reduce_max_sum(chunk_amax_sum24(w), red_a, red_s);
     const float a = as.x;
 #else
@@ -139,7 +163,17 @@ __device__ __forceinline__ float4 block_stats(const unsigned (&w)[NV][WORDS], in
     const int e = a > 0.0f && a <= 3.4028235e38f ? exponent_of(a) : 0;
     const float s1 = exp2i(-(e / 2)), s2 = exp2i(-(e - e / 2));
     float mean;
-#if ONE_PASS_MEAN
+#if FAST_STATS
+    if (a >= 0x1p-40f && a <= 0x1p40f) {  // (so n > 0)
+        const float mu = __fdividef(r.y, (float)n), m2 = fmaf(-r.y, mu, r.z);
+        if (m2 >= r.z * 0x1p-4f) return make_float4((float)e, mu * exp2i(-e), m2 * exp2i(-2 * e), (float)n);
+        mean = mu * exp2i(-e);  // cancelled: the centred pass below, about this mean (its partials in red_m)
+    } else {
+        __syncthreads();  // every thread has read the first reduction's partials: red_s may be written again
+        const float sum = block_reduce_sum(chunk_sum(w, inside, [=](float x) { return x * s1 * s2; }), red_s);
+        mean = n > 0 ? __fdividef(sum, (float)n) : 0.0f;
+    }
+#elif ONE_PASS_MEAN
     if (a >= 0x1p-40f || a == 0.0f) {  // e >= -39 (or zeros: e = 0, sum 0): the mean in the scale 2^-e is
         mean = n > 0 ? __fdividef(as.y, (float)n) * exp2i(24 - e) : 0.0f;  // (sum 2^-24 / n) 2^(24 - e), <= 2^63
     } else {  // a tiny chunk, or NaN: the sum again in the chunk's own scale, as without the switch
@@ -219,12 +253,18 @@ __device__ __forceinline__ float2 row_stats(float4* slot, float4 t, float inv_n,
     return merge(slot, t, inv_n, eps);
 }
 
-// 4. y = (x - mean) * rstd * w + b for one word of x, w and b
+// 4. y = (x - mean) * rstd * w + b for one word of x, w and b. STORE_FMA: (x rstd + c) w + b with c = -mean rstd
+//    (mr.x then holds c: row_stats), two FMAs where the plain form takes an add, a multiply and an FMA; the extra
+//    rounding is that of c, |mean| rstd 2^-24, the size of the fp32 mean's own (counted in the family's error scale)
 __device__ __forceinline__ unsigned affine_word(unsigned xw, unsigned ww, unsigned bw, float2 mr) {
     unsigned o = 0;
 #pragma unroll
     for (int i = 0; i < PER_WORD; ++i)
+#if STORE_FMA
+        o |= to_bits(fmaf(fmaf(elem_again(xw, i), mr.y, mr.x), elem(ww, i), elem(bw, i))) << (16 * i);
+#else
         o |= to_bits(fmaf((elem_again(xw, i) - mr.x) * mr.y, elem(ww, i), elem(bw, i))) << (16 * i);
+#endif
     return o;
 }
 
@@ -440,13 +480,14 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
     const uint4* const wb[2] = {static_cast<const uint4*>(w_), static_cast<const uint4*>(b_)};
     const FirstGroup<2> first = WEARLY ? first_group(wb, base, n_cols) : FirstGroup<2>{};  // (rows.cuh)
 #endif
-    const float2 mr = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m, red_t), inv_n, eps);  // 2-3.
+    const float2 ms = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m, red_t), inv_n, eps);  // 2-3.
     TIMELINE_MARK(2);
 #if SAVE_STATS
-    if (base == 0 && tid == 0) mean_[row] = mr.x, rstd_[row] = mr.y;
+    if (base == 0 && tid == 0) mean_[row] = ms.x, rstd_[row] = ms.y;
 #else
     (void)mean_, (void)rstd_;
 #endif
+    const float2 mr = STORE_FMA ? make_float2(-ms.x * ms.y, ms.y) : ms;  // (affine_word's constants)
 #if CLUSTER > 1
     cluster_arrive_release();  // done with the partners' shared memory (release: after this CTA's DSMEM loads)
 #endif

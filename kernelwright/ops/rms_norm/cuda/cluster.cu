@@ -105,39 +105,12 @@ __device__ __forceinline__ float sum_squares_again(const void* x_, long long row
 __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], float* red_a, float* red_s,
                                               const void* x_, long long row, int x_stride, int base, int n_cols) {
 #if FAST
-    unsigned m = 0;
-    float q = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NV; ++j)
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            m = max_magnitude(m, w[j][k]);
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) {
-                const float v = elem(w[j][k], i);
-                q = fmaf(v, v, q);
-            }
-        }
-#if SNV
-    cp_async_wait<0>();
-#pragma unroll 1
-    for (int j = 0; j < SNV; ++j) {
-        const uint4 h = held[j * THREADS + threadIdx.x];
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) {
-            m = max_magnitude(m, word(h, k));
-#pragma unroll
-            for (int i = 0; i < PER_WORD; ++i) {
-                const float v = elem(word(h, k), i);
-                q = fmaf(v, v, q);
-            }
-        }
-    }
-#endif
-#if EB == 2 && VECTOR
-    m = max(m & 0xffffu, m >> 16);
-#endif
-    const float2 aq = block_reduce_max_sum(make_float2(from_bits(m), q), red_a, red_s);
+    float amax;
+    const float q = chunk_amax_fold(w, amax, 0.0f, [](float q, unsigned word, int i) {  // (rows.cuh)
+        const float v = elem(word, i);
+        return fmaf(v, v, q);
+    });
+    const float2 aq = block_reduce_max_sum(make_float2(amax, q), red_a, red_s);
     const float a = aq.x;
     const int e = a > 0.0f && a <= 3.4028235e38f ? exponent_of(a) : 0;
     if (a >= 0x1p-40f && a <= 0x1p40f) return make_float2((float)e, aq.y * exp2i(-2 * e));
