@@ -473,7 +473,7 @@ case "${1:-fwd}" in
     # reason) and issue rates for one launch each of layer norm's cluster and split rungs and rms's cluster rung (the
     # 4.0 TB/s contrast) at 4096 x 65536 and 1024 x 262144, bf16. First the CTAs' own timelines (norm_timeline.py:
     # phases, and whether the two CTAs of an SM overlap their memory phases or move in step). About 5 minutes.
-    step 150 python3 benchmarks/experiments/norm_timeline.py
+    step 240 python3 benchmarks/experiments/norm_timeline.py
     cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
     for case in "layer_norm cluster" "layer_norm split" "rms_norm cluster"; do
       set -- $case
