@@ -558,6 +558,9 @@ __device__ __forceinline__ void timeline_loaded(const unsigned (&w)[NV][WORDS], 
 #ifndef STAGGER_NS
 #define STAGGER_NS 0
 #endif
+#ifndef STAGGER_FROM
+#define STAGGER_FROM 0  // (with STAGGER_NS, the experiment sets it: its SMs over the cluster size)
+#endif
 #if STAGGER_NS && !defined(KW_EMULATE)
 #define STAGGER(row)                                                                          \
     do {                                                                                      \

@@ -701,10 +701,10 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
         n_chunks = triton.cdiv(n_cols, chunk)
         if slots is None:
             slots = torch.full((n_rows, n_chunks) if n_chunks > 1 else (1,), -1, dtype=torch.int64, device=x.device)
+        one_pass = split_one_pass(center, has_res, x.dtype)
         meta = dict(**flags, N_CHUNKS=n_chunks, CHUNKS_POW2=triton.next_power_of_2(n_chunks), CHUNK=chunk,
                     EVICT=hints[0], STORE_CACHE=hints[1], W_EVICT=WEIGHT_EVICT, W_HOLD=WEIGHT_HOLD,
-                    FAST=fast_stats(center, has_res, n_cols) or split_one_pass(center, has_res, x.dtype),
-                    ONE_PASS=split_one_pass(center, has_res, x.dtype),
+                    FAST=one_pass or fast_stats(center, has_res, n_cols), ONE_PASS=one_pass,
                     **_split_cap(center and not has_res and split_chunk is None and n_cols > SPLIT_CHUNK))
         args = (*ptrs, slots, *tail)
         groups = groups or persistent_groups(_norm_fwd_split_kernel, args, meta, warps, n_chunks, n_rows, x.device)

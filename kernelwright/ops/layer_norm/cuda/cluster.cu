@@ -467,8 +467,8 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
                    void* __restrict__ y_, float* __restrict__ mean_, float* __restrict__ rstd_, int n_cols,
                    int x_stride, int y_stride, float eps, float inv_n TIMELINE_PARAM) {
     __shared__ float red_a[THREADS / 32], red_s[THREADS / 32], red_m[THREADS / 32], red_t[THREADS / 32];
-    TIMELINE_BEGIN();
     __shared__ float4 part;  // this CTA's (e, mean, M2, n), read by the whole cluster
+    TIMELINE_BEGIN();
     const int tid = threadIdx.x;
     const int base = (int)cluster_rank() * CHUNK;
     const long long row = blockIdx.x / CLUSTER;
