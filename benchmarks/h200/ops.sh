@@ -56,6 +56,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnfast       # layer norm cluster FAST_STATS / STORE_FMA,
 #                                                                # split SPLIT_ONE_PASS
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ln1024       # layer norm at 1024 columns with peers
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
+#                                                                # clusters against a half-empty last one
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
 #                                                                # layer_norm's sweep (carry .whl: Liger)
 set -uo pipefail
@@ -516,6 +518,15 @@ PY
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ws_*.csv) 2>/dev/null
     grep -E "^== ncu|stalls|duration|dram__" "$LOG" | cut -c1-160
     sed -n '/^case  /,/^(phases/p' "$LOG"
+    ;;
+  tail)
+    # session 23: is the last wave what holds the 262144 forward under 3.6? At 262144 bf16 columns a row is a cluster
+    # of 4 CTAs of 512, two CTAs an SM: 66 clusters at a time on 132 SMs, so 1024 rows are 15.5 waves. 990 and 1056
+    # rows are whole waves (15, 16), 2048 rows 31.03. If the half-empty wave costs what the simple model says (~3%),
+    # 990 / 1056 / 2048 rows run ~3% faster than 1024; if all four agree, the tail is not the gap. About 1 minute.
+    step 90 python3 -m kernelwright.cli bench rms_norm layer_norm --dtypes bf16 --variant cluster --variant split \
+      --sizes 990x262144,1024x262144,1056x262144,2048x262144 --no-peers --max-seconds 0.3
+    grep -E "│ (rms|layer)_norm" "$LOG" | cut -c1-100
     ;;
   ln1024)
     # session 21: layer norm at 1024 columns with FUSED_CENTER_NARROW (one warp a row from 65536 rows, runs 89-90),
