@@ -412,6 +412,63 @@ def _sum_first_check(kind, cols, monkeypatch, device):
     torch.testing.assert_close(s1[finite].double(), rstd64, rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("stats", ["fast", "sum_first", "scaled"])
+@pytest.mark.parametrize("cols", [1000, 4096])
+def test_fused_reload_gives_the_held_rows_bits(stats, cols, monkeypatch):
+    """FUSED_RELOAD (an experiment switch, torch.compile's second read of x from L2): rms_norm's output and saved
+    rstd bit for bit the default's under each statistic path, rows of every scale (tiny, huge, zero, Inf) and the
+    offset weight; float64 on the finite rows. add_rms_norm and layer norm do not take it (their output is
+    unchanged with the switch on)."""
+    _reload_check(stats, cols, monkeypatch, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stats", ["fast", "sum_first"])
+@pytest.mark.parametrize("cols", [1000, 8192])
+def test_fused_reload_on_gpu(stats, cols, monkeypatch):
+    _reload_check(stats, cols, monkeypatch, "cuda")
+
+
+def _reload_check(stats, cols, monkeypatch, device):
+    from kernelwright.ops.rms_norm import triton as fwd
+    from kernelwright.ops.rms_norm.triton import norm_forward
+
+    g = torch.Generator().manual_seed(17)
+    scales = [1.0, 1e6, 1e-5, 3.0, 1e-30, 5e37, 0.0, 1.0, 1e18, 7.0]
+    n = len(scales)
+    x = torch.randn(n, cols, generator=g) * torch.tensor(scales)[:, None]
+    x[7, 5] = float("inf")
+    w = torch.randn(cols, generator=g)
+    b = torch.randn(cols, generator=g)
+    r = torch.randn(n, cols, generator=g)
+    x, w, b, r = (t.to(device) for t in (x, w, b, r))
+    monkeypatch.setattr(fwd, "FUSED_FAST", stats == "fast")
+    monkeypatch.setattr(fwd, "FUSED_SUM_FIRST", stats == "sum_first")
+    out = {}
+    for reload in (False, True):
+        monkeypatch.setattr(fwd, "FUSED_RELOAD", reload)
+        for offset in (False, True):
+            y, rstd = torch.full_like(x, float("nan")), torch.full((n,), float("nan"), device=device)
+            norm_forward("fused", x, w, 1e-5, y=y, stats=(rstd,), offset=offset)
+            out[reload, "rms", offset] = (y, rstd)
+        y = torch.full_like(x, float("nan"))
+        norm_forward("fused", x, w, 1e-5, y=y, residual=r, h=torch.empty_like(x))
+        out[reload, "add_rms"] = (y,)
+        y = torch.full_like(x, float("nan"))
+        norm_forward("fused", x, w, 1e-5, bias=b, y=y)
+        out[reload, "layer"] = (y,)
+    for key in [k[1:] for k in out if k[0]]:
+        for held, again in zip(out[(False, *key)], out[(True, *key)], strict=True):
+            assert torch.equal(held.nan_to_num(7.0), again.nan_to_num(7.0)), key
+    finite = [i for i in range(n) if i != 7]
+    y, rstd = out[True, "rms", False]
+    close(y[finite], ref_rms(x, w, 1e-5)[finite])
+    rstd64 = torch.rsqrt(x.double()[finite].pow(2).mean(-1) + 1e-5)
+    torch.testing.assert_close(rstd[finite].double(), rstd64, rtol=1e-5, atol=0)
+    y, _ = out[True, "rms", True]
+    close(y[finite], ref_rms(x, 1 + w, 1e-5)[finite])
+
+
 @pytest.mark.skipif(not runtime.interpreting(), reason="CPU interpreter test")
 @pytest.mark.parametrize("chunk", [None, 64])  # one chunk a row (the interpreter's), or four exchanging
 @pytest.mark.parametrize("kind", ["rms", "layer", "add_rms"])
@@ -604,7 +661,8 @@ _BF16 = "*bf16"
                                     "fwd_split_wide_layer", "bwd_fused", "bwd_fused_narrow", "bwd_split",
                                     "bwd_split_wide", "bwd_fused_narrow_paired", "bwd_split_wide_paired",
                                     "fwd_split_wide_fast", "fwd_split_wide_layer_fast", "fwd_fused_early",
-                                    "fwd_fused_layer", "fwd_fused_sumfirst", "fwd_split_wide_layer_onepass"])
+                                    "fwd_fused_layer", "fwd_fused_sumfirst", "fwd_split_wide_layer_onepass",
+                                    "fwd_fused_reload"])
 def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     from kernelwright.harness.inspect import compile_triton, disassemble, read_cubin
     from kernelwright.ops.rms_norm import triton as fwd
@@ -627,13 +685,16 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
     early = kernel.endswith("_early")  # FUSED_BIAS_EARLY (the fused forward's bias loaded with the weight)
     sum_first = kernel.endswith("_sumfirst")  # FUSED_SUM_FIRST (add_rms_norm: one unscaled sum, no centring)
     one_pass = kernel.endswith("_onepass")  # SPLIT_ONE_PASS (layer norm's M2 from the same reduction)
+    reload = kernel.endswith("_reload")  # FUSED_RELOAD (rms_norm: x read again from L2 for the output)
     fast = fast or one_pass
     if sum_first:
         flags.update(CENTER=False)
+    if reload:  # as the library launches it: rms_norm's rows only, 16384 x 8192's tile
+        flags.update(CENTER=False, RESIDUAL=False, STORE_H=False)
     kernel = kernel.removesuffix("_paired").removesuffix("_fast").removesuffix("_early").removesuffix("_sumfirst")
-    kernel = kernel.removesuffix("_onepass")
+    kernel = kernel.removesuffix("_onepass").removesuffix("_reload")
     if kernel.startswith("fwd_fused"):
-        width = 1024 if kernel.endswith("narrow") else 4096
+        width = 1024 if kernel.endswith("narrow") else 8192 if reload else 4096
         rows, block, warps = fwd.fused_tile(width, center=kernel.endswith("layer"))
         fn, cx = fwd._norm_fwd_fused_kernel, dict(BLOCK_R=rows, BLOCK=block)
     elif kernel.startswith("bwd_fused"):
@@ -661,6 +722,8 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         cx["BIAS_EARLY"] = early
     if "SUM_FIRST" in fn.arg_names:
         cx["SUM_FIRST"] = sum_first
+    if "RELOAD" in fn.arg_names:
+        cx["RELOAD"] = reload
     names = set(fn.arg_names) - set(sig) - set(flags) - set(cx)
     # as the JIT compiles them at launch: pointers, the row length and the row strides divisible by 16
     aligned = [n for n, t in sig.items() if t.startswith("*")] + [n for n in names if n != "n_rows"]
@@ -676,6 +739,9 @@ def test_kernels_compile_for_sm90_without_spilling_much(kernel, monkeypatch):
         narrow = sorted({op for op in (line.split()[0] for line in sass if line.strip())
                          if op.startswith("LDG") and "16" in op.split(".")[-1] and not op.endswith("128")})
         assert not narrow, f"16-bit global loads {narrow}: a stride the compiler cannot see is 1?"
+        if reload:  # x's second read is there (evict_first), not merged into the first by the compiler
+            ops = [line.split()[0] for line in sass if line.strip()]
+            assert ops.count("LDG.E.EF.128") >= 1 and ops.count("LDG.E.EL.128") >= 2, sorted(set(ops))
 
 
 # --- modules ------------------------------------------------------------------------------------------------------

@@ -56,6 +56,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnfast       # layer norm cluster FAST_STATS / STORE_FMA,
 #                                                                # split SPLIT_ONE_PASS
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ln1024       # layer norm at 1024 columns with peers
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
+#                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
 #                                                                # clusters against a half-empty last one
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh normcluster  # that, the layer_norm cluster rung's tests, and
@@ -518,6 +520,25 @@ PY
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ws_*.csv) 2>/dev/null
     grep -E "^== ncu|stalls|duration|dram__" "$LOG" | cut -c1-160
     sed -n '/^case  /,/^(phases/p' "$LOG"
+    ;;
+  reload)
+    # session 23, not yet run: torch.compile's rms at 16384 x 8192 (4.17-4.21 TB/s, runs 80-86) reads x twice, the
+    # second time from L2 (evict_last, then evict_first), where ours holds it: FUSED_RELOAD does the same in the fused
+    # rung (output bit for bit the default's). GPU tests, off / on twice (with FUSED_SUM_FIRST too, which makes the
+    # kernel Inductor's statistic as well), then on with every rung and peer. About 2 minutes.
+    step 90 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k reload
+    grep -E "passed|failed" "$LOG" | tail -1
+    T=kernelwright.ops.rms_norm.triton
+    for sw in "$T.FUSED_RELOAD=False" "$T.FUSED_RELOAD=True" "$T.FUSED_RELOAD=True $T.FUSED_SUM_FIRST=True" \
+              "$T.FUSED_RELOAD=False" "$T.FUSED_RELOAD=True" "$T.FUSED_RELOAD=True $T.FUSED_SUM_FIRST=True"; do
+      step 45 python3 benchmarks/experiments/switch_bench.py $sw -- bench rms_norm --dtypes bf16 \
+        --sizes 16384x4096,16384x8192,16384x16384 --variant fused --no-peers --max-seconds 0.3
+      sw=${sw//kernelwright.ops./}; echo "   ($sw)" | tee -a "$LOG"
+    done
+    step 90 python3 benchmarks/experiments/switch_bench.py $T.FUSED_RELOAD=True -- bench rms_norm --dtypes bf16 \
+      --sizes 16384x8192 --max-seconds 0.3
+    echo "   (FUSED_RELOAD=True, every rung and peer)" | tee -a "$LOG"
+    grep -E "│ rms_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   tail)
     # session 23: is the last wave what holds the 262144 forward under 3.6? At 262144 bf16 columns a row is a cluster

@@ -88,6 +88,13 @@ squares, where FUSED_FAST reduces the sum and the largest magnitude together; ro
 below 2^-60 are scaled by their largest magnitude's exponent and summed again (only in programs that hold one).
 torch.compile's rms at 16384 x 8192 ran 4.21 TB/s against our best 4.02 (cluster) and fused's 3.89-3.99 (runs
 80-82). Not yet run on a GPU (session 19; ``ops.sh normpair`` times it)."""
+FUSED_RELOAD = False
+"""Experiment switch (rms_norm): the fused forward shaped as torch.compile's kernel at 16384 x 8192 (run 84,
+``benchmarks/experiments/inductor_norm_code.py``: one program a row, 16 warps, x loaded ``evict_last`` for the
+statistic and loaded again ``evict_first`` for the output, w ``evict_last``): x is not held across the reduction but
+read a second time, from L2. The output is bit for bit the default's (the same scaled value, the same products).
+torch.compile's rms ran 4.17-4.21 TB/s there against our best 4.02 (cluster) and fused's 3.89-3.99 (runs 80-86);
+the single unscaled sum (FUSED_SUM_FIRST) alone changed nothing (run 86). Not yet run on a GPU (session 23)."""
 SPLIT_ONE_PASS = False
 """Experiment switch (layer norm's split forward): :func:`_chunk_stats`'s fast path with the sum of squares in the
 same reduction as the sum and the largest magnitude (one block reduction a chunk instead of two), M2 = Q - S mean
@@ -245,20 +252,28 @@ def _norm_fwd_fused_kernel(
     CENTER: tl.constexpr, RESIDUAL: tl.constexpr, STORE_H: tl.constexpr, OFFSET: tl.constexpr,
     SAVE_STATS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, BIAS_EARLY: tl.constexpr = False, FAST: tl.constexpr = False,
-    SUM_FIRST: tl.constexpr = False,
+    SUM_FIRST: tl.constexpr = False, RELOAD: tl.constexpr = False,
 ):
+    tl.static_assert(not (RELOAD and (CENTER or RESIDUAL)), "RELOAD: rms_norm's rows only")
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.arange(0, BLOCK)
     rmask = rows < n_rows
     cmask = cols < n_cols
     mask = rmask[:, None] & cmask[None, :]
-    x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if RELOAD:  # (FUSED_RELOAD) kept in L2 for the second read below
+        x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_last").to(tl.float32)
+    else:
+        x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if RESIDUAL:
         x += tl.load(res_ptr + rows[:, None] * res_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         if STORE_H:
             tl.store(h_ptr + rows[:, None] * h_stride + cols[None, :], to_output(x, h_ptr.dtype.element_ty),
                      mask=mask)
-    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    if RELOAD:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    else:
+        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
     if OFFSET:
         w += 1.0
     if CENTER and BIAS_EARLY:  # (FUSED_BIAS_EARLY) held in its own dtype until used
@@ -301,7 +316,12 @@ def _norm_fwd_fused_kernel(
             mean = tl.sum(xs, 1) / n_cols
             xs = tl.where(mask, xs - mean[:, None], 0.0)  # two passes over registers: exact centring
         r = _rsqrt_scaled(tl.sum(xs * xs, 1), n_cols, eps, k)
-    y = xs * r[:, None] * w[None, :]
+    if RELOAD:  # x read again (from L2, its last use) instead of held across the reduction: the same bits
+        xl = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0,
+                     eviction_policy="evict_first").to(tl.float32)
+        y = xl * exp2i(-k)[:, None] * r[:, None] * w[None, :]
+    else:
+        y = xs * r[:, None] * w[None, :]
     if CENTER:
         if BIAS_EARLY:
             y += b_early.to(tl.float32)[None, :]
@@ -690,7 +710,8 @@ def norm_forward(rung: str, x: torch.Tensor, weight: torch.Tensor, eps: float, *
         block_r, block, warps = fused_tile(n_cols, center, x2.element_size(), n_rows)
         _norm_fwd_fused_kernel[(triton.cdiv(n_rows, block_r),)](
             *ptrs, *tail, **flags, BLOCK_R=block_r, BLOCK=block, BIAS_EARLY=FUSED_BIAS_EARLY,
-            FAST=fused_fast(), SUM_FIRST=FUSED_SUM_FIRST and not center, num_warps=warps)
+            FAST=fused_fast(), SUM_FIRST=FUSED_SUM_FIRST and not center,
+            RELOAD=FUSED_RELOAD and not center and not has_res, num_warps=warps)
     elif rung == "chunked":
         block = min(CHUNK, triton.next_power_of_2(n_cols))
         _norm_fwd_chunked_kernel[(n_rows,)](*ptrs, *tail, **flags, BLOCK=block, STAGES=CHUNKED_STAGES,
