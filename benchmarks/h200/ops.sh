@@ -56,6 +56,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh lnfast       # layer norm cluster FAST_STATS / STORE_FMA,
 #                                                                # split SPLIT_ONE_PASS
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ln1024       # layer norm at 1024 columns with peers
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh catchup      # one call for sessions 22-23's switches: spare,
+#                                                                # lnfast, reload and tail, each cut to its core
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -520,6 +522,30 @@ PY
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ws_*.csv) 2>/dev/null
     grep -E "^== ncu|stalls|duration|dram__" "$LOG" | cut -c1-160
     sed -n '/^case  /,/^(phases/p' "$LOG"
+    ;;
+  catchup)
+    # session 23: machines came rarely, so the decisive rows of `spare`, `lnfast`, `reload` and `tail` in one call
+    # of ~6 minutes: their GPU tests, then each setting in its own process, off and on in turn, twice
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py \
+      tests/test_layer_norm_cluster.py tests/test_norms.py -k "spare or fast_stats or reload"
+    grep -E "passed|failed" "$LOG" | tail -1
+    bwd_switch_runs 1024x262144 SPARE_WEIGHT=0 SPARE_WEIGHT=0.7 SPARE_WEIGHT=0 SPARE_WEIGHT=0.7
+    L=kernelwright.ops.layer_norm.cuda T=kernelwright.ops.rms_norm.triton
+    for sw in "" "$L.FAST_STATS=True $L.STORE_FMA=True" "$T.SPLIT_ONE_PASS=True" \
+              "" "$L.FAST_STATS=True $L.STORE_FMA=True" "$T.SPLIT_ONE_PASS=True"; do
+      step 60 python3 benchmarks/experiments/switch_bench.py $sw -- bench layer_norm --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
+      sw=${sw//kernelwright.ops./}; echo "   (${sw:-defaults})" | tee -a "$LOG"
+    done
+    for sw in "$T.FUSED_RELOAD=False" "$T.FUSED_RELOAD=True $T.FUSED_SUM_FIRST=True" \
+              "$T.FUSED_RELOAD=False" "$T.FUSED_RELOAD=True $T.FUSED_SUM_FIRST=True"; do
+      step 45 python3 benchmarks/experiments/switch_bench.py $sw -- bench rms_norm --dtypes bf16 \
+        --sizes 16384x8192 --variant fused --variant cluster --variant torch.compile --max-seconds 0.3
+      sw=${sw//kernelwright.ops./}; echo "   ($sw)" | tee -a "$LOG"
+    done
+    step 90 python3 -m kernelwright.cli bench rms_norm --dtypes bf16 --variant cluster \
+      --sizes 990x262144,1024x262144,1056x262144,2048x262144 --no-peers --max-seconds 0.3
+    grep -E "│ (rms|layer|add_rms)_norm|^   \(" "$LOG" | cut -c1-100
     ;;
   reload)
     # session 23, not yet run: torch.compile's rms at 16384 x 8192 (4.17-4.21 TB/s, runs 80-86) reads x twice, the
