@@ -260,20 +260,16 @@ def _norm_fwd_fused_kernel(
     rmask = rows < n_rows
     cmask = cols < n_cols
     mask = rmask[:, None] & cmask[None, :]
-    if RELOAD:  # (FUSED_RELOAD) kept in L2 for the second read below
-        x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_last").to(tl.float32)
-    else:
-        x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    # (FUSED_RELOAD) x and w kept in L2 for x's second read below; otherwise the default policy
+    keep: tl.constexpr = "evict_last" if RELOAD else ""
+    x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0,
+                eviction_policy=keep).to(tl.float32)
     if RESIDUAL:
         x += tl.load(res_ptr + rows[:, None] * res_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         if STORE_H:
             tl.store(h_ptr + rows[:, None] * h_stride + cols[None, :], to_output(x, h_ptr.dtype.element_ty),
                      mask=mask)
-    if RELOAD:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy="evict_last").to(tl.float32)
-    else:
-        w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0, eviction_policy=keep).to(tl.float32)
     if OFFSET:
         w += 1.0
     if CENTER and BIAS_EARLY:  # (FUSED_BIAS_EARLY) held in its own dtype until used
