@@ -433,14 +433,15 @@ def _reload_check(stats, cols, monkeypatch, device):
     from kernelwright.ops.rms_norm import triton as fwd
     from kernelwright.ops.rms_norm.triton import norm_forward
 
+    # made on the CPU (the generator's device) whatever the default device, then moved
     g = torch.Generator().manual_seed(17)
     scales = [1.0, 1e6, 1e-5, 3.0, 1e-30, 5e37, 0.0, 1.0, 1e18, 7.0]
     n = len(scales)
-    x = torch.randn(n, cols, generator=g) * torch.tensor(scales)[:, None]
+    x = torch.randn(n, cols, generator=g, device="cpu") * torch.tensor(scales, device="cpu")[:, None]
     x[7, 5] = float("inf")
-    w = torch.randn(cols, generator=g)
-    b = torch.randn(cols, generator=g)
-    r = torch.randn(n, cols, generator=g)
+    w = torch.randn(cols, generator=g, device="cpu")
+    b = torch.randn(cols, generator=g, device="cpu")
+    r = torch.randn(n, cols, generator=g, device="cpu")
     x, w, b, r = (t.to(device) for t in (x, w, b, r))
     monkeypatch.setattr(fwd, "FUSED_FAST", stats == "fast")
     monkeypatch.setattr(fwd, "FUSED_SUM_FIRST", stats == "sum_first")
