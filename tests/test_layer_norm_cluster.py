@@ -126,6 +126,7 @@ def test_one_pass_mean_compiles_without_spills_where_it_applies(monkeypatch):
     pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
     from kernelwright.harness import inspect as ki
 
+    monkeypatch.setattr(lc, "FAST_STATS", False)  # (FAST_STATS, the default since session 24, replaces it)
     for n, dtype in ((40000, torch.bfloat16), (65536, torch.float16), (262144, torch.bfloat16), (8192, torch.bfloat16)):
         monkeypatch.setattr(lc, "ONE_PASS_MEAN", False)
         before = lc.artifact(n, dtype, True, save_stats=True)
@@ -138,6 +139,7 @@ def test_one_pass_mean_compiles_without_spills_where_it_applies(monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_one_pass_mean_matches_float64(cuda_dev, monkeypatch, dtype):
+    monkeypatch.setattr(lc, "FAST_STATS", False)
     monkeypatch.setattr(lc, "ONE_PASS_MEAN", True)
     for n in (40000, 65536, 131072, 262144):
         x = torch.randn(5, n, device=cuda_dev).mul_(3).add_(1).to(dtype)
@@ -331,7 +333,7 @@ def test_pair_matches_float64(cuda_dev, monkeypatch, dtype, one_pass):
 
 
 @pytest.mark.parametrize("family", ["layer_norm", "rms_norm"])
-def test_timeline_instrument_compiles_for_sm90_and_is_absent_by_default(family):
+def test_timeline_instrument_compiles_for_sm90_and_is_absent_by_default(family, monkeypatch):
     """TIMELINE (rows.cuh; benchmarks/experiments/norm_timeline.py's instrument) compiles into both forward cluster
     kernels with one more argument (clock reads, no spills past 32 bytes); the library's kernels are compiled without
     it (fewer instructions; their cubins were byte-identical before and after it was added, session 22)."""
@@ -341,6 +343,7 @@ def test_timeline_instrument_compiles_for_sm90_and_is_absent_by_default(family):
     from kernelwright.ops.rms_norm import cuda as rc
     from kernelwright.ops.softmax import cuda as sc
 
+    monkeypatch.setattr(lc, "FAST_STATS", False)  # the library's kernel compiled with the options named here
     mod, extra = (lc, ("SAVE_STATS=0", "ONE_PASS_MEAN=0", "PAIR=0")) if family == "layer_norm" else \
         (rc, ("OFFSET=0", "SAVE_STATS=0", "FAST=1"))
     for n in (16384, 65536, 262144):

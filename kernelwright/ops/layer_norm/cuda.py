@@ -22,17 +22,19 @@ scale), so two passes and two barriers a CTA as rms_norm's rung, not three. Appl
 shared-memory vectors only (the wide 16-bit rows, where it saves a pass over shared memory; the others spill with
 it: 176 bytes at 4096 / 8192 columns). Not yet run on a GPU (session 15; `ops.sh lnwide`)."""
 
-FAST_STATS = False
-"""Experiment switch: the chunk's largest magnitude, sum and sum of squares in one pass over the held chunk and one
-block reduction, M2 = Q - S mean where at most 4 bits cancel (else the centred pass, as without it; ``cuda/cluster.cu``
-block_stats): one pass and one barrier a CTA where the default takes three, as rms_norm's FAST. The reading behind
-it (session 22, sm_90 SASS): the layer norm rung runs ~15 instructions an element against rms_norm's ~7 (each pass
-unpacks the 16-bit words again and scales them), so its CTAs spend longer between loads. Applied where ONE_PASS_MEAN
-would be (launch shapes with shared-memory vectors: the wide 16-bit rows); the registers-only shapes spill 330-350
-bytes a thread with it (16-bit, sm_90). Not yet run on a GPU."""
-STORE_FMA = False
-"""Experiment switch: the store's y = (x - mean) rstd w + b as (x rstd + c) w + b, c = -mean rstd: two FMAs an
-element instead of an add, a multiply and an FMA. Not yet run on a GPU (session 22)."""
+FAST_STATS = True
+"""Switch (on since session 24): the chunk's largest magnitude, sum and sum of squares in one pass over the held
+chunk and one block reduction, M2 = Q - S mean where at most 4 bits cancel (else the centred pass; ``cuda/cluster.cu``
+block_stats): one pass and one barrier a CTA where the default took three, as rms_norm's FAST. The reading behind it
+(session 22, sm_90 SASS): the layer norm rung ran ~15 instructions an element against rms_norm's ~7 (each pass
+unpacks the 16-bit words again and scales them), so its CTAs spent longer between loads. Applied where ONE_PASS_MEAN
+would be (launch shapes with shared-memory vectors: the wide 16-bit rows, from ~40000 columns); the registers-only
+shapes spill 330-350 bytes a thread with it (16-bit, sm_90). Measured with STORE_FMA on an H100 only (run 91, bf16,
+twice): 4096 x 65536 2.70 -> 2.81 TB/s, 1024 x 262144 2.40 -> 2.66; not yet on an H200. False: the three passes."""
+STORE_FMA: bool | None = None
+"""Switch: the store's y = (x - mean) rstd w + b as (x rstd + c) w + b, c = -mean rstd: two FMAs an element instead
+of an add, a multiply and an FMA. None (default): on where FAST_STATS is (the pair measured in run 91), so the
+narrower shapes' kernels are as before; True / False force it at every shape."""
 
 
 PAIR_ROWS = False
@@ -63,8 +65,9 @@ def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, save_stats: bool, pair: b
     fast = FAST_STATS and not pair and cfg.snv > 0
     one_pass = (PAIR_ONE_PASS if pair else ONE_PASS_MEAN) and cfg.snv > 0 and not fast
     extra = (f"SAVE_STATS={int(save_stats)}", f"ONE_PASS_MEAN={int(one_pass)}", f"PAIR={int(pair)}")
-    if fast or (STORE_FMA and not pair):  # (defined only when on: the default kernels' options stay as they were)
-        extra += (f"FAST_STATS={int(fast)}", f"STORE_FMA={int(STORE_FMA and not pair)}")
+    fma = (fast if STORE_FMA is None else STORE_FMA) and not pair
+    if fast or fma:  # (defined only when on: the kernels without either keep their options as they were)
+        extra += (f"FAST_STATS={int(fast)}", f"STORE_FMA={int(fma)}")
     if pair:
         extra += (f"PG={PAIR_GROUP}",)
     name = "layer_norm_cluster_pair" if pair else "layer_norm_cluster"
