@@ -58,6 +58,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh ln1024       # layer norm at 1024 columns with peers
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh catchup      # one call for sessions 22-23's switches: spare,
 #                                                                # lnfast, reload and tail, each cut to its core
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh confirm      # session 24: layer norm's new FAST_STATS default
+#                                                                # against the old, SPARE_WEIGHT's sweep
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -522,6 +524,21 @@ PY
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ws_*.csv) 2>/dev/null
     grep -E "^== ncu|stalls|duration|dram__" "$LOG" | cut -c1-160
     sed -n '/^case  /,/^(phases/p' "$LOG"
+    ;;
+  confirm)
+    # session 24: after run 91 (H100) made layer norm's FAST_STATS + STORE_FMA the cluster rung's default: the new
+    # default against the old (FAST_STATS=False) beside split, twice; SPARE_WEIGHT 0 / 0.35 / 0.7 / 1.0 for the
+    # 262144 backward (run 91: add_rms +3.5% at 0.7, layer norm -6%); FUSED_RELOAD's GPU test after its fix. ~3 min.
+    L=kernelwright.ops.layer_norm.cuda
+    for sw in "$L.FAST_STATS=True" "$L.FAST_STATS=False" "$L.FAST_STATS=True" "$L.FAST_STATS=False"; do
+      step 60 python3 benchmarks/experiments/switch_bench.py $sw -- bench layer_norm --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
+      sw=${sw//kernelwright.ops./}; echo "   ($sw)" | tee -a "$LOG"
+    done
+    bwd_switch_runs 1024x262144 SPARE_WEIGHT=0 SPARE_WEIGHT=0.35 SPARE_WEIGHT=0.7 SPARE_WEIGHT=1.0
+    step 90 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norms.py -k reload
+    grep -E "passed|failed" "$LOG" | tail -1
+    grep -E "│ layer_norm |^   \(" "$LOG" | cut -c1-100
     ;;
   catchup)
     # session 23: machines came rarely, so the decisive rows of `spare`, `lnfast`, `reload` and `tail` in one call
