@@ -248,14 +248,17 @@ def test_global_exchange_without_room_for_a_group_goes_to_split(cuda_dev, monkey
     assert bc.norm_backward_cluster(x, x[0].clone(), x.clone(), rstd, dx=dx, dw=dw) == "split"
 
 
-# --- SPARE_WEIGHT: the SMs the clusters leave idle run global-exchange groups beside them, an experiment switch ---
+# --- SPARE_WEIGHT: the SMs the clusters leave idle run global-exchange groups beside them (on by default) -----
 def test_spare_split_shares_rows_by_weight(monkeypatch):
     x = torch.empty(0, 262144, dtype=torch.bfloat16)
     cfg = bc.bwd_config(262144, 2)
     gcfg = bc.BwdConfig(1, 512, 512, cfg.nv, cfg.stages, group=16)
     assert bc.spare_ctas(-1, cfg, 7, None, gcfg, False) == 0  # the emulator has no SMs to spare
     monkeypatch.setattr(bc, "spare_ctas", lambda *a: 20)  # an H200: 132 SMs, 7 clusters of 16 on 112
-    assert bc.spare_split(x, cfg, False, False, False, 7, 1024) is None  # off by default
+    assert bc.SPARE_WEIGHT == 0.35  # the default (runs 91-93)
+    assert bc.spare_split(x, cfg, False, False, False, 7, 1024) == (gcfg, 1, int(1024 * 0.35 / 7.35))  # 48 rows
+    monkeypatch.setattr(bc, "SPARE_WEIGHT", 0.0)
+    assert bc.spare_split(x, cfg, False, False, False, 7, 1024) is None  # off
     monkeypatch.setattr(bc, "SPARE_WEIGHT", 0.7)
     assert bc.spare_split(x, cfg, False, False, False, 7, 1024) == (gcfg, 1, int(1024 * 0.7 / 7.7))  # 93 rows
     assert bc.spare_split(x, cfg, False, False, False, 7, 6) is None  # fewer rows than clusters
@@ -302,6 +305,7 @@ def test_spare_groups_match_float64_and_the_clusters(cuda_dev, monkeypatch, name
         with emulate.cuda_on_cpu(resident=2):  # 2 clusters of 4; the spare SMs: two groups of 4
             return fn()
 
+    monkeypatch.setattr(bc, "SPARE_WEIGHT", 0.0)  # the clusters alone
     plain = emulated(run)
     monkeypatch.setattr(bc, "SPARE_WEIGHT", 0.7)
     if dev == "cpu":

@@ -59,12 +59,17 @@ TB/s, rms / layer / add_rms at 1024 x 262144): clusters 3.04 / 3.00 / 2.93; the 
 (run 87, tagged packets), 2.18 / 1.98 / 2.38 with a release / acquire flag (run 86); at 4096 x 65536 in groups of 4,
 2.64 / 2.24 / 2.75 against 3.47 / 3.38 / 3.55. A step's exchange through L2 costs ~1.5-2 us more than the cluster
 barrier, more than the 14% more SMs give back. Off; kept as the measured alternative (journal "Session 21")."""
-SPARE_WEIGHT = 0.0
-"""Experiment switch (0: off): where the clusters leave a row's worth of SMs or more idle (262144 bf16 columns: 7
-clusters of 16 CTAs on an H200's 132 SMs, 20 idle), a second launch on a side stream runs, at the same time, groups
-that trade through global memory (``GROUP``) on those SMs, over a share of the rows: a group takes ``SPARE_WEIGHT``
-times a cluster's rows (run 87's steps: a group ~1.4x slower, so ~0.7). The row split is fixed by the shapes (the
-dweight partial rows are summed in one fixed order: two runs agree bit for bit). Not yet run on a GPU."""
+SPARE_WEIGHT = 0.35
+"""Where the resident clusters leave a row's worth of SMs or more idle (262144 16-bit columns: 7 clusters of 16 CTAs on
+an H100's or H200's 132 SMs, 20 idle; rows of 8-CTA clusters likewise where the residency leaves SMs over), a second
+launch on a side stream runs, at the same time, groups that trade through global memory (``GROUP``) on those SMs,
+over a share of the rows: a group takes ``SPARE_WEIGHT`` times a cluster's rows. The row split is fixed by the shapes
+(the dweight partial rows are summed in one fixed order: two runs agree bit for bit; dx is bit for bit the
+clusters-only result). 0: off. Measured on an H100 only (runs 91-93, 1024 x 262144 bf16, cluster rung, TB/s): off
+2.46 / 2.33 / 2.50 (rms / layer / add_rms), 0.25 2.55 / 2.42 / 2.55, 0.35 2.58 / 2.47 / 2.58 (three runs), 0.5 2.60 /
+2.49 / 2.61, 0.7 2.44 / 2.20 / 2.59, 1.0 2.08 / 1.85 / 2.20: past ~0.5 the groups finish last. 0.35 keeps clear of
+that edge (the H200's, where a group ran ~1.4x a cluster's step in run 87, is not measured); at 2048 x 262144 and
+1024 x 131072 in bf16 / fp16 / fp32 it gained 0-6% and lost nothing past noise (run 93)."""
 MAX_CLUSTER = 16
 MAX_COLS = 262144
 _DTYPES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
