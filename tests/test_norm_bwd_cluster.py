@@ -332,3 +332,67 @@ def test_spare_groups_match_float64_and_the_clusters(cuda_dev, monkeypatch, name
     assert torch.equal(split[0][0], plain[0])  # dx: every row's sums in rank order, cluster or group
     for a, b in zip(split[0], split[1], strict=True):
         assert a is None or torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FAMILIES)
+def test_spare_groups_replay_in_a_cuda_graph(name):
+    """SPARE_WEIGHT's default (0.35) runs the groups on a side stream beside the clusters: captured in a CUDA graph
+    and replayed, the backward gives the eager run's bits (the fork and join captured, the slots zeroed in the graph),
+    and again after the inputs change in place."""
+    from kernelwright import runtime
+
+    if not runtime.is_hopper():
+        pytest.skip("needs a Hopper GPU (run with KW_DEVICE=cuda on an H100/H200)")
+    center, dh = FLAGS[name]
+    rows, n = 300, 262144
+    gen = torch.Generator("cuda").manual_seed(23)
+    x, dy = (torch.randn(rows, n, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    w = torch.randn(n, device="cuda", generator=gen).bfloat16()
+    dhv = torch.randn(rows, n, device="cuda", generator=gen).bfloat16() if dh else None
+    mean = torch.empty(rows, device="cuda") if center else None
+    rstd = torch.empty(rows, device="cuda")
+
+    def stats():
+        xf = x.float()
+        if center:
+            mean.copy_(xf.mean(-1))
+        rstd.copy_(torch.rsqrt((xf - (mean[:, None] if center else 0)).pow(2).mean(-1) + 1e-5))
+
+    stats()
+    cfg = bc.bwd_config(n, 2, dh, center)
+    held = bc.resident(bc.kernel(cfg, x.dtype, center, dh), torch.cuda.current_device(), cfg, dh)
+    assert bc.SPARE_WEIGHT > 0 and bc.spare_split(x, cfg, center, dh, False, held, rows), "no spare SMs in use"
+    outs = [torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))]
+    outs.append(torch.full_like(w, float("nan")) if center else None)
+
+    def backward():
+        return bc.norm_backward_cluster(x, w, dy, rstd, dx=outs[0], dw=outs[1], mean=mean, db=outs[2], dh=dhv)
+
+    side = torch.cuda.Stream()  # warm up (compile, residency queries) off the capture, as torch.cuda.graphs asks
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        assert backward() == "cluster"
+    torch.cuda.current_stream().wait_stream(side)
+    eager = [t.clone() for t in outs if t is not None]
+    for t in outs:
+        if t is not None:
+            t.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        backward()
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip([t for t in outs if t is not None], eager, strict=True):
+        assert torch.equal(got, want)
+    x.mul_(1.5).add_(0.25)  # new inputs in place: the replay follows them
+    stats()
+    for t in outs:
+        if t is not None:
+            t.fill_(float("nan"))
+    graph.replay()
+    replayed = [t.clone() for t in outs if t is not None]
+    assert backward() == "cluster"  # eager again on the new inputs
+    torch.cuda.synchronize()
+    for got, want in zip(replayed, [t for t in outs if t is not None], strict=True):
+        assert torch.equal(got, want)
