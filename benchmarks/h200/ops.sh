@@ -60,6 +60,9 @@
 #                                                                # lnfast, reload and tail, each cut to its core
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh confirm      # session 24: layer norm's new FAST_STATS default
 #                                                                # against the old, SPARE_WEIGHT's sweep
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh standing     # session 25: where issue 4 stands with session
+#                                                                # 24's defaults: layer norm cluster vs split, the
+#                                                                # CUDA graph test, both sweeps with peers, Llama
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -524,6 +527,29 @@ PY
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ws_*.csv) 2>/dev/null
     grep -E "^== ncu|stalls|duration|dram__" "$LOG" | cut -c1-160
     sed -n '/^case  /,/^(phases/p' "$LOG"
+    ;;
+  standing)
+    # session 25: issue 4's numbers with session 24's defaults (layer norm cluster FAST_STATS + STORE_FMA, the
+    # backward's SPARE_WEIGHT=0.35), measured on the H100 only so far. Layer norm's cluster and split rungs at the
+    # wide rows twice (variant=None picks split there from H200 rows that predate FAST_STATS); the backward's GPU
+    # tests of the spare SMs (the CUDA graph test never ran); the backward and forward sweeps at the issue's sizes
+    # with every rung and peer (carry .whl for Liger); the patched Llama's step. About 6 minutes.
+    for i in 1 2; do
+      step 60 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
+        --variant cluster --variant split --no-peers --max-seconds 0.3
+      echo "   (layer norm wide, run $i)" | tee -a "$LOG"
+    done
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k "spare or graph"
+    grep -E "passed|failed" "$LOG" | tail -1
+    BS="16384x1024,65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
+    step 200 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+      --sizes "$BS" --max-seconds 0.3
+    FS="65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
+    step 150 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 \
+      --sizes "$FS" --max-seconds 0.3
+    OUT="$OUT" step 120 python3 benchmarks/experiments/llama_patch_speed.py
+    grep -E "tokens|speedup|logits" "$LOG" | tail -6
+    grep -E "│ layer_norm .*(65536|262144)|^   \(" "$LOG" | head -12 | cut -c1-100
     ;;
   confirm)
     # session 24: after run 91 (H100) made layer norm's FAST_STATS + STORE_FMA the cluster rung's default: the new
