@@ -63,6 +63,9 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh standing     # session 25: where issue 4 stands with session
 #                                                                # 24's defaults: layer norm cluster vs split, the
 #                                                                # CUDA graph test, both sweeps with peers, Llama
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh proxy        # session 25: an H200 stand-in on an H100 (SMs
+#                                                                # held by an occupier kernel; sm_proxy.py); on an
+#                                                                # H200 also the CTAs' timelines
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -527,6 +530,19 @@ PY
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_ws_*.csv) 2>/dev/null
     grep -E "^== ncu|stalls|duration|dram__" "$LOG" | cut -c1-160
     sed -n '/^case  /,/^(phases/p' "$LOG"
+    ;;
+  proxy)
+    # session 25: the H100s lent since session 24 run every wide-row forward at 88-95% of their 3.00 TB/s copy, so
+    # they cannot show what holds the H200 at 3.0-3.5 of 4.25. sm_proxy.py holds N SMs with a resident occupier so
+    # the other SMs each get the H200's HBM share (~32 GB/s), and reports GB/s an active SM and that times 132, for
+    # the cases with H200 rows (runs 86-87) to check the stand-in against. About 2 minutes.
+    OUT="$OUT" step 300 python3 benchmarks/experiments/sm_proxy.py --blocked "${BLOCKED:-0,22,33,44,55,66,77}"
+    cp /tmp/sm_proxy.json "$OUT/" 2>/dev/null
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      step 240 python3 benchmarks/experiments/norm_timeline.py
+      cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
+    fi
+    sed -n '/^case  /,$p' "$LOG" | head -40
     ;;
   standing)
     # session 25: issue 4's numbers with session 24's defaults (layer norm cluster FAST_STATS + STORE_FMA, the
