@@ -65,10 +65,13 @@ extern "C" __global__ void __launch_bounds__(1024, 1) occupy(volatile int* flag,
 class Occupier:
     """Holds ``n`` SMs while in a ``with`` block (on its own stream); ``release()`` frees them early."""
 
-    def __init__(self, n: int):
-        self.n = n
+    def __init__(self, n: int, cluster: int = 1):
+        if n % cluster:
+            raise ValueError(f"Occupier: n={n} SMs is not a whole number of clusters of {cluster}")
+        self.n, self.cluster = n, cluster
         self.kernel = CudaKernel(OCCUPY, "occupy", CompileOptions(), what="sm_proxy occupier")
         self.flag = torch.zeros(2, dtype=torch.int32, device="cuda")
+        self.one = torch.ones(1, dtype=torch.int32).pin_memory()  # copied in by DMA: releasing takes no SM
         self.ready = torch.zeros(2, dtype=torch.int32, device="cuda")
         self.smid = torch.full((max(n, 1),), -1, dtype=torch.int32, device="cuda")
         self.stream = torch.cuda.Stream()
@@ -78,7 +81,8 @@ class Occupier:
     def __enter__(self):
         if self.n:
             with torch.cuda.stream(self.stream):
-                self.kernel.launch((self.n,), (1024,), (self.flag, self.ready, self.smid), shared_mem=self.smem)
+                self.kernel.launch((self.n,), (1024,), (self.flag, self.ready, self.smid), shared_mem=self.smem,
+                                   cluster=self.cluster if self.cluster > 1 else 0)
             deadline = time.time() + 5
             with torch.cuda.stream(self.side):
                 while int(self.ready[0].item()) < self.n:
@@ -89,8 +93,10 @@ class Occupier:
         return self
 
     def release(self):
+        # a host-to-device copy (the copy engine), not a kernel: a fill kernel could queue behind a launch that
+        # waits for the occupier's SMs (run 96 hung that way: clusters of 4 with no GPC left to place them)
         with torch.cuda.stream(self.side):
-            self.flag[0].fill_(1)
+            self.flag[:1].copy_(self.one, non_blocking=True)
         self.stream.synchronize()
 
     def __exit__(self, *exc):
@@ -158,6 +164,14 @@ def cases(rows: int, cols: int):
             ln.layer_norm_cluster(x, w, b, out=y)
         return run
 
+    if cols <= 16384:  # where the fused rung and torch.compile's kernel compete (H200 run 86: 4.02 against 4.17)
+        compiled = torch.compile(lambda x, w: torch.nn.functional.rms_norm(x, (cols,), w, 1e-6))
+        return x, [
+            ("copy", lambda y: y.copy_(x), lambda: x.double()),
+            ("rms fused", lambda y: tri.norm_forward("fused", x, w, 1e-6, y=y), rms_ref),
+            ("rms cluster", lambda y: rms.rms_norm_cluster(x, w, out=y), rms_ref),
+            ("rms torch.compile", lambda y: compiled(x, w), rms_ref),
+        ]
     return x, [
         ("copy", lambda y: y.copy_(x), lambda: x.double()),
         ("rms cluster", lambda y: rms.rms_norm_cluster(x, w, out=y), rms_ref),
@@ -165,7 +179,8 @@ def cases(rows: int, cols: int):
         ("layer cluster", fast(True), layer_ref),
         ("layer cluster FAST_STATS=0", fast(False), layer_ref),
         ("layer split", lambda y: tri.norm_forward("split", x, w, 1e-5, y=y, bias=b), layer_ref),
-        ("softmax cluster", lambda y: smx.softmax_cluster(x, out=y), lambda: torch.softmax(x.double(), -1)),
+        ("softmax cluster", lambda y: smx.softmax_cluster(x, out=y),
+         lambda: torch.softmax(x.double(), -1)),
     ]
 
 
@@ -174,12 +189,17 @@ def main() -> None:
     ap.add_argument("--blocked", default="0,33,44,66", help="SM counts to hold, comma-separated")
     ap.add_argument("--sizes", default="4096x65536,1024x262144")
     ap.add_argument("--only", default="", help="case names to keep (substring match, comma-separated)")
+    ap.add_argument("--json", default=os.path.join(OUT, "sm_proxy.json"), help="where the rows go")
+    ap.add_argument("--cluster", type=int, default=1,
+                    help="the occupier's CTAs in clusters of this size (16: whole GPCs, so the rungs' own clusters "
+                         "still find GPCs to themselves); --blocked counts SMs, a multiple of it")
     args = ap.parse_args()
     blocked = [int(n) for n in args.blocked.split(",")]
     n_sms = torch.cuda.get_device_properties(0).multi_processor_count
     if max(blocked) >= n_sms:
         raise SystemExit(f"--blocked: at most {n_sms - 1} SMs on this card, got {max(blocked)}")
-    facts = {"device": torch.cuda.get_device_name(), "sms": n_sms, "torch": torch.__version__}
+    facts = {"device": torch.cuda.get_device_name(), "sms": n_sms, "torch": torch.__version__,
+             "occupier_cluster": args.cluster}
     print(facts, flush=True)
     plain_groups = tri.persistent_groups
     active = {"n": n_sms}
@@ -189,6 +209,7 @@ def main() -> None:
 
     tri.persistent_groups = scaled_groups
     rows_out = []
+    t0 = time.time()
     keep = [s for s in args.only.split(",") if s]
     for size in args.sizes.split(","):
         r, c = (int(v) for v in size.split("x"))
@@ -198,29 +219,35 @@ def main() -> None:
         y = torch.empty_like(x)
         for name, fn, ref in todo:  # correctness first, on the whole GPU
             y.fill_(float("nan"))
-            fn(y)
+            got = fn(y)
             torch.cuda.synchronize()
-            check(y, ref(), f"{name} {size}")
+            check(y if got is None else got, ref(), f"{name} {size}")
         torch.cuda.empty_cache()
         for n in blocked:
             active["n"] = n_sms - n
-            occ = Occupier(n)
+            occ = Occupier(n, args.cluster)
             with occ:
-                got = [(name, *time_launches(lambda f=fn, out=y: f(out), occ)) for name, fn, _ in todo]
+                got = []
+                for name, fn, _ in todo:  # after a case that did not finish the occupier is gone: stop the round
+                    got.append((name, *time_launches(lambda f=fn, out=y: f(out), occ)))
+                    if not got[-1][2]:
+                        break
             for name, us, done in got:
                 gbs = nbytes / us / 1e3 / (n_sms - n) if done else float("nan")
                 row = {"case": name, "size": size, "blocked": n, "active": n_sms - n, "us": us, "finished": done,
+                       "seconds": round(time.time() - t0, 1),
                        "TBps": nbytes / us / 1e6 if done else None, "GBps_per_sm": gbs, "x132": gbs * 132 / 1e3,
                        "occupied_sms": getattr(occ, "smid_list", [])[:200]}
                 rows_out.append(row)
                 print(f"{name:28s} {size:12s} blocked {n:3d}  {row['TBps'] or float('nan'):5.2f} TB/s  "
-                      f"{gbs:6.1f} GB/s/SM  x132 {row['x132']:5.2f}{'' if done else '  (did not finish)'}",
+                      f"{gbs:6.1f} GB/s/SM  x132 {row['x132']:5.2f}  at {row['seconds']:.0f} s"
+                      f"{'' if done else '  (did not finish: occupier released)'}",
                       flush=True)
         ln.FAST_STATS = True
         del x, y
         torch.cuda.empty_cache()
     tri.persistent_groups = plain_groups
-    with open(os.path.join(OUT, "sm_proxy.json"), "w") as f:
+    with open(args.json, "w") as f:
         json.dump({"facts": facts, "rows": rows_out}, f, indent=1)
     print("\ncase                         size         " + "  ".join(f"x132@{n:<3d}" for n in blocked))
     for size in args.sizes.split(","):

@@ -536,13 +536,19 @@ PY
     # they cannot show what holds the H200 at 3.0-3.5 of 4.25. sm_proxy.py holds N SMs with a resident occupier so
     # the other SMs each get the H200's HBM share (~32 GB/s), and reports GB/s an active SM and that times 132, for
     # the cases with H200 rows (runs 86-87) to check the stand-in against. About 2 minutes.
-    OUT="$OUT" step 300 python3 benchmarks/experiments/sm_proxy.py --blocked "${BLOCKED:-0,22,33,44,55,66,77}"
-    cp /tmp/sm_proxy.json "$OUT/" 2>/dev/null
+    # Run 96 (scattered occupier, 0-77 SMs held) matched the H200's rows at 65536 columns within 4% with 44 SMs held;
+    # at 262144 the rungs' clusters of 4 lost their GPCs and the run hung at 77 (fixed). Now: whole GPCs held
+    # (clusters of 16) at the wide sizes, and the narrow size where torch.compile led on the H200.
+    P=benchmarks/experiments/sm_proxy.py
+    step 150 python3 $P --cluster 16 --blocked 0,32,48 --sizes 4096x65536,1024x262144 --json "$OUT/sm_proxy_gpc.json"
+    step 100 python3 $P --cluster 16 --blocked 0,48 --sizes 8192x32768,2048x131072 --only layer \
+      --json "$OUT/sm_proxy_mid.json"
+    step 120 python3 $P --blocked 0,44 --sizes 16384x8192 --json "$OUT/sm_proxy_narrow.json"
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       step 240 python3 benchmarks/experiments/norm_timeline.py
       cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
     fi
-    sed -n '/^case  /,$p' "$LOG" | head -40
+    grep -E "^case|x132 .*at|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ " "$LOG" | grep -v "at [0-9]* s" | head -60
     ;;
   standing)
     # session 25: issue 4's numbers with session 24's defaults (layer norm cluster FAST_STATS + STORE_FMA, the
