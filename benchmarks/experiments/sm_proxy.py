@@ -8,7 +8,8 @@ binds, and the per-SM rate says what the kernel's own latency and issue allow. G
 
     KW_DEVICE=cuda python benchmarks/experiments/sm_proxy.py [--blocked 0,33,44,66] [--sizes 4096x65536,1024x262144]
 
-Output: per case, blocked SMs, TB/s, GB/s per active SM, and "x132": that rate times 132 (what the kernel would move
+Output: per case, blocked SMs, TB/s, GB/s per active SM (and the SM clock read after it), and "x132": that rate
+times 132 (what the kernel would move
 on a card with 132 such SMs and no HBM limit). The stand-in is checked, not assumed: the same cases have H200 rows
 (runs 86-87; layer norm's cluster rung with FAST_STATS off is session 21's kernel), which x132 should reproduce at
 some N before it is used to predict anything. Rungs whose programs wait on each other (split's persistent grid) are
@@ -28,6 +29,7 @@ import time
 import torch
 
 from kernelwright.backends.nvrtc import CompileOptions, CudaKernel
+from kernelwright.harness import telemetry
 from kernelwright.ops.layer_norm import cuda as ln
 from kernelwright.ops.rms_norm import cuda as rms
 from kernelwright.ops.rms_norm import triton as tri
@@ -229,18 +231,20 @@ def main() -> None:
             with occ:
                 got = []
                 for name, fn, _ in todo:  # after a case that did not finish the occupier is gone: stop the round
-                    got.append((name, *time_launches(lambda f=fn, out=y: f(out), occ)))
+                    got.append((name, *time_launches(lambda f=fn, out=y: f(out), occ), telemetry.read()))
                     if not got[-1][2]:
                         break
-            for name, us, done in got:
+            for name, us, done, tel in got:
                 gbs = nbytes / us / 1e3 / (n_sms - n) if done else float("nan")
                 row = {"case": name, "size": size, "blocked": n, "active": n_sms - n, "us": us, "finished": done,
-                       "seconds": round(time.time() - t0, 1),
+                       "seconds": round(time.time() - t0, 1), "sm_clock_mhz": tel.get("sm_clock_mhz"),
+                       "power_w": tel.get("power_w"),
                        "TBps": nbytes / us / 1e6 if done else None, "GBps_per_sm": gbs, "x132": gbs * 132 / 1e3,
                        "occupied_sms": getattr(occ, "smid_list", [])[:200]}
                 rows_out.append(row)
                 print(f"{name:28s} {size:12s} blocked {n:3d}  {row['TBps'] or float('nan'):5.2f} TB/s  "
-                      f"{gbs:6.1f} GB/s/SM  x132 {row['x132']:5.2f}  at {row['seconds']:.0f} s"
+                      f"{gbs:6.1f} GB/s/SM  x132 {row['x132']:5.2f}  at {row['seconds']:.0f} s, "
+                      f"{row['sm_clock_mhz']} MHz after"
                       f"{'' if done else '  (did not finish: occupier released)'}",
                       flush=True)
         ln.FAST_STATS = True

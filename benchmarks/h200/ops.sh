@@ -66,6 +66,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh proxy        # session 25: an H200 stand-in on an H100 (SMs
 #                                                                # held by an occupier kernel; sm_proxy.py); on an
 #                                                                # H200 also the CTAs' timelines
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh proxyrep     # the stand-in's spread: both occupier shapes
+#                                                                # twice, alternating, SM clocks read
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -549,6 +551,16 @@ PY
       cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
     fi
     grep -E "^case|x132 .*at|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ " "$LOG" | grep -v "at [0-9]* s" | head -60
+    ;;
+  proxyrep)
+    # session 25, after runs 96-97: the stand-in's own spread, both occupier shapes (44 SMs scattered, 48 as whole
+    # GPCs) twice each, alternating, at the two wide sizes; the SM clock read after every case. About 2 minutes.
+    P=benchmarks/experiments/sm_proxy.py
+    for i in 1 2; do
+      step 100 python3 $P --blocked 0,44 --sizes 4096x65536,1024x262144 --json "$OUT/sm_proxy_sm44_$i.json"
+      step 100 python3 $P --cluster 16 --blocked 0,48 --sizes 4096x65536,1024x262144 --json "$OUT/sm_proxy_gpc48_$i.json"
+    done
+    grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$" "$LOG" | head -80
     ;;
   standing)
     # session 25: issue 4's numbers with session 24's defaults (layer norm cluster FAST_STATS + STORE_FMA, the
