@@ -61,7 +61,10 @@ def instrumented(family: str, cfg: sc.ClusterConfig, dtype: torch.dtype, defines
         cn.options = plain
 
 
-def run_case(family: str, rows: int, cols: int, dtype=torch.bfloat16, stagger_ns: int = 0) -> dict:
+def run_case(family: str, rows: int, cols: int, dtype=torch.bfloat16, stagger_ns: int = 0,
+             occupy: tuple[int, int] = (0, 1)) -> dict:
+    """One case's records; ``occupy`` = (SMs, cluster): the recorded launch runs beside sm_proxy.py's occupier
+    holding that many SMs (clusters of that size), so each SM left has the H200's share of the H100's HBM."""
     gen = torch.Generator("cuda").manual_seed(rows + cols)
     x = torch.randn(rows, cols, device="cuda", generator=gen).to(dtype)
     w = (torch.randn(cols, device="cuda", generator=gen) * 0.5 + 1).to(dtype)
@@ -102,12 +105,28 @@ def run_case(family: str, rows: int, cols: int, dtype=torch.bfloat16, stagger_ns
     else:
         t_plain = time_fn(lambda: rms.rms_norm_cluster(x, w, eps, out=plain_out), CFG).median_ms
     tl_buf.zero_()
-    launch()
     torch.cuda.synchronize()
+    if occupy[0]:  # no device-wide synchronization while the occupier spins: the launch's own stream only
+        from sm_proxy import Occupier  # this folder's
+
+        with Occupier(*occupy):
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                launch()
+            side.synchronize()
+    else:
+        launch()
+    torch.cuda.synchronize()
+    recs = tl_buf.view(grid, 8).cpu().tolist()
     return {"family": family, "rows": rows, "cols": cols, "stagger_ns": stagger_ns, "config": str(cfg),
-            "max_rel_err": err,
+            "occupied_sms": occupy[0], "max_rel_err": err, "rec_tbps": 4 * x.numel() / 1e6 / max(1.0, _span_us(recs)),
             "tbps_plain": 4 * x.numel() / t_plain / 1e9, "tbps_instrumented": 4 * x.numel() / t_inst / 1e9,
-            **analyse(tl_buf.view(grid, 8).cpu().tolist())}
+            **analyse(recs)}
+
+
+def _span_us(recs: list[list[int]]) -> float:
+    """The recorded launch's span by the global timer (first CTA's begin to last CTA's end), microseconds."""
+    return (max(r[7] for r in recs) - min(r[6] for r in recs)) / 1e3
 
 
 def _union(intervals: list[tuple[int, int]]) -> int:
@@ -175,9 +194,17 @@ def analyse(recs: list[list[int]]) -> dict:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="the norm cluster rungs' CTA timelines (see the module docstring)")
+    ap.add_argument("--occupy", type=int, default=0, help="SMs held by sm_proxy.py's occupier during the records")
+    ap.add_argument("--cluster", type=int, default=1, help="the occupier's cluster size (16: whole GPCs)")
+    ap.add_argument("--no-stagger", action="store_true", help="skip the staggered runs")
+    ap.add_argument("--json", default=os.path.join(OUT, "norm_timeline.json"))
+    args = ap.parse_args()
     results = []
     for family, rows, cols in CASES:
-        for stagger in (False, True):  # then with the first wave's second CTAs half a life late
+        for stagger in (False,) if args.no_stagger else (False, True):  # then the second CTAs half a life late
             try:
                 ns = 0
                 if stagger:
@@ -185,14 +212,17 @@ def main() -> None:
                     if "error" in base:
                         continue
                     ns = int(500 * (base["load_us"] + base["stats_us"] + base["store_us"]))
-                results.append(run_case(family, rows, cols, stagger_ns=ns))
+                results.append(run_case(family, rows, cols, stagger_ns=ns, occupy=(args.occupy, args.cluster)))
             except Exception as e:  # one case's failure is reported, the rest still run
                 results.append({"family": family, "rows": rows, "cols": cols, "error": f"{type(e).__name__}: {e}"})
             print(json.dumps(results[-1]), flush=True)
-    with open(os.path.join(OUT, "norm_timeline.json"), "w") as f:
+    with open(args.json, "w") as f:
         json.dump(results, f, indent=1)
+    if args.occupy:
+        print(f"\n(records taken with {args.occupy} SMs held; 'rec TB/s': the recorded launch's bytes over its own "
+              "span, 'x132' that per active SM times 132)")
     print(f"\n{'case':<34} {'TB/s':>5} {'inst':>5} {'load':>6} {'stats':>6} {'store':>6} {'loading':>7} "
-          f"{'2 load':>6} {'quiet':>6} {'in step':>7} {'refill':>6}")
+          f"{'2 load':>6} {'quiet':>6} {'in step':>7} {'refill':>6} {'rec TB/s':>8} {'x132':>5}")
     for r in results:
         name = f"{r['family']} {r['rows']}x{r['cols']}{' stagger' if r.get('stagger_ns') else ''}"
         if "error" in r:
@@ -200,7 +230,8 @@ def main() -> None:
             continue
         print(f"{name:<34} {r['tbps_plain']:>5.2f} {r['tbps_instrumented']:>5.2f} {r['load_us']:>6.2f} "
               f"{r['stats_us']:>6.2f} {r['store_us']:>6.2f} {r['loading_share']:>7.2f} {r['two_loading_share']:>6.2f} "
-              f"{r['quiet_share']:>6.2f} {r['in_step_share']:>7.2f} {r['refill_gap_us']:>6.2f}")
+              f"{r['quiet_share']:>6.2f} {r['in_step_share']:>7.2f} {r['refill_gap_us']:>6.2f} "
+              f"{r['rec_tbps']:>8.2f} {r['rec_tbps'] * 132 / r['sms']:>5.2f}")
     print("(phases: median us a CTA; shares: of the time a CTA lived on an SM, summed over SMs)")
 
 

@@ -192,16 +192,22 @@ def main() -> None:
     ap.add_argument("--sizes", default="4096x65536,1024x262144")
     ap.add_argument("--only", default="", help="case names to keep (substring match, comma-separated)")
     ap.add_argument("--json", default=os.path.join(OUT, "sm_proxy.json"), help="where the rows go")
+    ap.add_argument("--set", action="append", default=[], metavar="module.NAME=VALUE",
+                    help="a library switch to flip first (as switch_bench.py takes them; repeatable)")
     ap.add_argument("--cluster", type=int, default=1,
                     help="the occupier's CTAs in clusters of this size (16: whole GPCs, so the rungs' own clusters "
                          "still find GPCs to themselves); --blocked counts SMs, a multiple of it")
     args = ap.parse_args()
+    from switch_bench import apply  # this folder's: module.NAME=VALUE, checked and echoed
+
+    for assignment in args.set:
+        apply(assignment)
     blocked = [int(n) for n in args.blocked.split(",")]
     n_sms = torch.cuda.get_device_properties(0).multi_processor_count
     if max(blocked) >= n_sms:
         raise SystemExit(f"--blocked: at most {n_sms - 1} SMs on this card, got {max(blocked)}")
     facts = {"device": torch.cuda.get_device_name(), "sms": n_sms, "torch": torch.__version__,
-             "occupier_cluster": args.cluster}
+             "occupier_cluster": args.cluster, "switches": args.set}
     print(facts, flush=True)
     plain_groups = tri.persistent_groups
     active = {"n": n_sms}

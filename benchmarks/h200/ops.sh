@@ -68,6 +68,9 @@
 #                                                                # H200 also the CTAs' timelines
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh proxyrep     # the stand-in's spread: both occupier shapes
 #                                                                # twice, alternating, SM clocks read
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh either       # session 25's last call: on an H200 the
+#                                                                # standing rows and timelines; on an H100 layer
+#                                                                # norm's cluster switches under the stand-in
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -561,6 +564,46 @@ PY
       step 100 python3 $P --cluster 16 --blocked 0,48 --sizes 4096x65536,1024x262144 --json "$OUT/sm_proxy_gpc48_$i.json"
     done
     grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$" "$LOG" | head -80
+    ;;
+  either)
+    # session 25: one call that is useful on whichever card comes. On an H200: layer norm cluster vs split at the wide
+    # rows twice (variant=None's choice there), the CUDA graph and spare-SM tests, both sweeps with peers at the
+    # issue's sizes (carry .whl), the CTAs' timelines. On an H100: layer norm's cluster switches with FAST_STATS on
+    # under the stand-in (48 SMs held as whole GPCs; runs 97-98 read the cluster rungs 5-10% above the H200 against
+    # split, so only differences between cluster settings are read from it), each setting in its own process; then
+    # the CTAs' timelines with and without the occupier.
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      for i in 1 2; do
+        step 60 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
+          --variant cluster --variant split --no-peers --max-seconds 0.3
+        echo "   (layer norm wide, run $i)" | tee -a "$LOG"
+      done
+      step 100 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k "spare or graph"
+      step 150 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+        --sizes "16384x1024,65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144" --max-seconds 0.3
+      step 120 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 \
+        --sizes "65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144" --max-seconds 0.3
+      step 100 python3 benchmarks/experiments/norm_timeline.py
+      cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
+      grep -E "│ layer_norm .*(65536|262144)|^   \(" "$LOG" | head -12 | cut -c1-100
+    else
+      P=benchmarks/experiments/sm_proxy.py
+      K=kernelwright.ops
+      i=0
+      for sw in "" "$K._cluster_norm.W_GROUP_SMEM=8" "$K._cluster_norm.W_EARLY=True" "$K.layer_norm.cuda.PAIR_ROWS=True" \
+                "$K.softmax.cuda.MAX_THREADS_SPLIT=256" ""; do
+        i=$((i + 1)); set -- ; for a in $sw; do set -- "$@" --set "$a"; done
+        step 60 python3 $P "$@" --cluster 16 --blocked 0,48 --sizes 4096x65536,1024x262144 --only "layer cluster" \
+          --json "$OUT/sm_proxy_switch_$i.json"
+        echo "   (${sw:-defaults})" | tee -a "$LOG"
+      done
+      # the CTAs' timelines on the whole card and with 48 SMs held (the H200's per-SM share): which phase grows
+      step 60 python3 benchmarks/experiments/norm_timeline.py --no-stagger --json "$OUT/norm_timeline_full.json"
+      step 60 python3 benchmarks/experiments/norm_timeline.py --no-stagger --occupy 48 --cluster 16 \
+        --json "$OUT/norm_timeline_gpc48.json"
+      grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | head -60
+      grep -E "^(case|layer_norm|rms_norm|\(records)" "$LOG" | tail -16
+    fi
     ;;
   standing)
     # session 25: issue 4's numbers with session 24's defaults (layer norm cluster FAST_STATS + STORE_FMA, the
