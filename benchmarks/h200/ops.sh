@@ -71,6 +71,9 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh either       # session 25's last call: on an H200 the
 #                                                                # standing rows and timelines; on an H100 layer
 #                                                                # norm's cluster switches under the stand-in
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh last25       # session 25's last call (~2 minutes): on an
+#                                                                # H200 the wide rows' deciding rows; on an H100
+#                                                                # two store switches under the stand-in, twice
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -564,6 +567,37 @@ PY
       step 100 python3 $P --cluster 16 --blocked 0,48 --sizes 4096x65536,1024x262144 --json "$OUT/sm_proxy_gpc48_$i.json"
     done
     grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$" "$LOG" | head -80
+    ;;
+  last25)
+    # session 25's last call, cut to the device time left (~3 minutes with the start). On an H200: layer norm cluster
+    # vs split at the wide rows twice (variant=None's choice), rms at 262144, the backward's cluster rung at the wide
+    # rows (SPARE_WEIGHT 0.35 by default: does 262144 pass 3.0?), the stand-in on the H200 itself (16 SMs held) and
+    # the CTAs' timelines. On an H100: the store switches W_GROUP_SMEM=8 (run 99: +3-4% under the stand-in, one
+    # process) and W_EARLY against the defaults, alternating, twice, under the stand-in (48 SMs held as GPCs).
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      for i in 1 2; do
+        step 60 python3 -m kernelwright.cli bench layer_norm rms_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
+          --variant cluster --variant split --no-peers --max-seconds 0.3
+        echo "   (wide rows, run $i)" | tee -a "$LOG"
+      done
+      step 90 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+        --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
+      step 60 python3 benchmarks/experiments/sm_proxy.py --cluster 16 --blocked 0,16 --sizes 4096x65536,1024x262144 \
+        --json "$OUT/sm_proxy_h200.json"
+      step 60 python3 benchmarks/experiments/norm_timeline.py --no-stagger
+      cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
+      grep -E "│ (layer|rms|add_rms)_norm(_bwd)? .*(65536|262144)|^   \(" "$LOG" | cut -c1-100 | head -40
+    else
+      K=kernelwright.ops._cluster_norm
+      i=0
+      for sw in "" "$K.W_GROUP_SMEM=8" "$K.W_EARLY=True" "" "$K.W_GROUP_SMEM=8" "$K.W_EARLY=True"; do
+        i=$((i + 1)); set -- ; for a in $sw; do set -- "$@" --set "$a"; done
+        step 60 python3 benchmarks/experiments/sm_proxy.py "$@" --cluster 16 --blocked 0,48 \
+          --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "$OUT/sm_proxy_store_$i.json"
+        echo "   (${sw:-defaults})" | tee -a "$LOG"
+      done
+      grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | head -60
+    fi
     ;;
   either)
     # session 25: one call that is useful on whichever card comes. On an H200: layer norm cluster vs split at the wide
