@@ -593,9 +593,10 @@ PY
       for sw in "" "$K.W_GROUP_SMEM=8" "$K.W_EARLY=True" "" "$K.W_GROUP_SMEM=8" "$K.W_EARLY=True"; do
         i=$((i + 1)); set -- ; for a in $sw; do set -- "$@" --set "$a"; done
         step 60 python3 benchmarks/experiments/sm_proxy.py "$@" --cluster 16 --blocked 0,48 \
-          --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "$OUT/sm_proxy_store_$i.json"
+          --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "/tmp/sm_proxy_store_$i.json"
         echo "   (${sw:-defaults})" | tee -a "$LOG"
       done
+      tar -czf "$OUT/sm_proxy_store.tgz" -C /tmp $(cd /tmp && ls sm_proxy_store_*.json) 2>/dev/null
       grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | head -60
     fi
     ;;
