@@ -36,7 +36,10 @@ def test_every_config_compiles_for_sm90_without_spills(n, dtype, vector, flags, 
     art = rc.artifact(n, dtype, vector, offset=flags[0], save_stats=flags[1])
     rep = ki.analyze(ki.Artifact("rms_norm_cluster", art["cubin"], art["threads_per_block"]))
     assert rep.registers <= 64, rep.registers  # the launch bounds: 1024 threads an SM
-    if vector:  # w of 4 accesses in flight in the store (_cluster_norm.W_GROUP): 8 bytes spill at 65536 and past
+    if vector and rc.w_early(art["config"], dtype):  # the store's first w vectors in flight through the statistics
+        # (EARLY_W: 16-bit rows in clusters of 4+): 16 bytes of spills, 32 with the scaled statistics' second pass
+        assert rep.stack_bytes <= (16 if fast else 32) and rep.mix.local_store_bytes <= 32, "spills"
+    elif vector:  # w of 4 accesses in flight in the store (_cluster_norm.W_GROUP): 8 bytes spill at 65536 and past
         assert rep.stack_bytes <= 8 and rep.mix.local_store_bytes <= 8, "spills"
     else:  # one element an access (unaligned rows): a few column offsets of the 32 go to the stack
         assert rep.stack_bytes <= 80, rep.stack_bytes
@@ -64,7 +67,11 @@ def test_auto_takes_the_rung_where_it_led_on_the_h200():
     for d in (8192, 16384, 65536):  # runs 60-61: 4.01-4.07 TB/s against split's 3.58-3.85 (bf16)
         assert FAM.preferred((4096, d), {}, bf16)[0] == "cluster", d
     assert FAM.preferred((8, 65536), {}, fp32)[0] == "split"  # fp32: 3.39 against 3.66
-    assert FAM.preferred((8, 262144), {}, bf16)[0] == "split"  # 3.40 against 3.39-3.45: no lead
+    # 262144: bf16 since FAST_STATS, cluster 3.48 / 3.45 against split 3.41 / 3.39 (run 87), and between 65536 and it
+    # (neighbours); fp16 last measured before FAST_STATS, 3.40 against 3.45 (run 61): split
+    for d in (131072, 200000, 262144):
+        assert FAM.preferred((8, d), {}, bf16)[0] == "cluster", d
+        assert FAM.preferred((8, d), {}, torch.float16)[0] == "split", d
     assert FAM.preferred((8, 65528), {}, bf16)[0] == "cluster" and FAM.preferred((8, 65532), {}, bf16)[0] == "split"
     assert FAM.preferred((8, 4096), {}, bf16)[0] == "fused"
     assert FAM.preferred((8, 32768), {})[0] == "split"  # no dtype: the choice for every dtype
@@ -170,6 +177,32 @@ def test_kw_inspect_gets_the_kernel_the_launcher_would_run():
     (art,) = rc.inspect_artifacts((1024, 262144), torch.bfloat16)
     assert (art.threads_per_block, art.grid, art.dynamic_smem) == (512, (4096, 1, 1), 8 * 512 * 16)
     assert "4 CTAs a row" in art.note and art.cubin[:4] == b"\x7fELF"
+
+
+def test_early_w_only_where_it_was_measured_to_gain(monkeypatch):
+    """EARLY_W (session 25): the first w vectors before the statistics for 16-bit rows in clusters of 4 CTAs (1024 x
+    262144 bf16: +2% on the H200, +4% under the H200 stand-in), not at 65536 (one CTA a row: it lost), nor in clusters
+    of 2 or 3, fp32 or the PAIR kernels (not measured); the shared switch, when set, decides for every kernel."""
+    from kernelwright.ops import _cluster_norm as cn
+
+    def early(n, dtype, pair=False):
+        cfg = sc.cluster_config(n, dtype.itemsize, True)
+        on = rc.w_early(cfg, dtype, pair)
+        return on, "WEARLY=1" in cn.options(cfg, dtype, (), on).defines
+
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    assert early(262144, bf16) == (True, True) and early(262144, fp16) == (True, True)
+    assert early(196616, bf16) == (True, True)  # clusters of 4 from 196609 columns
+    for n, dtype in ((65536, bf16), (131072, bf16), (140000, bf16), (16384, bf16), (262144, fp32), (131072, fp32)):
+        assert early(n, dtype) == (False, False), (n, dtype)
+    assert early(262144, bf16, pair=True)[0] is False
+    monkeypatch.setattr(rc, "EARLY_W", False)
+    assert early(262144, bf16) == (False, False)
+    monkeypatch.setattr(rc, "EARLY_W", True)
+    monkeypatch.setattr(cn, "W_EARLY", False)  # the experiment switch overrides the family's choice both ways
+    assert early(262144, bf16)[1] is False
+    monkeypatch.setattr(cn, "W_EARLY", True)
+    assert early(65536, bf16)[1] is True
 
 
 @pytest.mark.parametrize("switch", [("W_GROUP_SMEM", 8), ("W_EARLY", True)])

@@ -51,8 +51,8 @@ def instrumented(family: str, cfg: sc.ClusterConfig, dtype: torch.dtype, defines
     """The family's kernel for ``cfg`` as its launcher compiles it, with ``defines`` added."""
     plain = cn.options
 
-    def with_timeline(cfg, dtype, extra):
-        return plain(cfg, dtype, (*extra, *defines))
+    def with_timeline(cfg, dtype, extra, **kw):
+        return plain(cfg, dtype, (*extra, *defines), **kw)
 
     cn.options = with_timeline
     try:

@@ -22,11 +22,15 @@ W_GROUP = 4
 ``store_chunk``: 4 for rms_norm's w of 4 accesses, 2 accesses' w and b for layer_norm, which spilled ~100 bytes
 with 4 accesses'). Run 60, rms_norm bf16 TB/s at 4096x65536 / 1024x262144: 1 (each store waiting for its own L2
 round trip) 3.66 / 3.16, 2: 3.82 / 3.38, 4: 3.89 / 3.40."""
-W_EARLY = False
-"""Experiment switch: the store's first group of per-column vectors loaded right after the chunk, their L2 round
-trip behind the statistics and the cluster's exchange (rows.cuh ``first_group``). Spills 16-32 bytes (rms) and 16-64
-(layer norm) at 65536 / 262144 columns in 16-bit types, none at 8192 / 16384 or in fp32 (sm_90). Not timed yet
-(``ops.sh lnwide``)."""
+W_EARLY: bool | None = None
+"""The store's first group of per-column vectors loaded right after the chunk, their L2 round trip behind the
+statistics and the cluster's exchange (rows.cuh ``first_group``). None: where each family takes it (rms_norm: its
+16-bit rows held by clusters of 4 CTAs, :func:`kernelwright.ops.rms_norm.cuda.w_early`; layer_norm: nowhere);
+True / False: every kernel (experiments). Spills 16 bytes (rms) and 16-64 (layer norm) at 65536 / 262144 columns in
+16-bit types, 32 in fp32 at 131072-262144, none at 8192 / 16384 (sm_90). Measured, bf16 TB/s, 65536 / 262144
+columns: H200 run 65 (before FAST_STATS) rms 3.91 -> 3.79 / 3.41 -> 3.48, layer norm 3.09 -> 3.09 / 2.65 -> 2.51;
+under sm_proxy.py's H200 stand-in (H100 run 100, 48 SMs held, alternating, twice) rms 4.45 / 4.45 -> 4.38 / 4.38 at
+65536, 3.76 / 3.76 -> 3.91 / 3.91 at 262144, layer norm 3.74 / 3.72 -> 3.84 / 3.86 and 3.17 / 3.16 -> 2.98 / 3.03."""
 W_GROUP_SMEM = None
 """Experiment switch: the same for the accesses whose x is held in shared memory (stored after those in
 registers, whose registers are free by then); None: :data:`W_GROUP`. For layer_norm at 65536 and 262144 columns
@@ -41,12 +45,14 @@ def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
     return None
 
 
-def options(cfg: sc.ClusterConfig, dtype: torch.dtype, extra: tuple[str, ...]) -> nvrtc.CompileOptions:
+def options(cfg: sc.ClusterConfig, dtype: torch.dtype, extra: tuple[str, ...],
+            early: bool = False) -> nvrtc.CompileOptions:
     """The softmax rung's defines for the shape (register budget, shared-memory vectors, hints), less its own, and
-    the family's ``extra`` (``NAME=VALUE``)."""
+    the family's ``extra`` (``NAME=VALUE``); ``early``: the family's choice of :data:`W_EARLY` for this kernel (the
+    switch, when set, decides instead)."""
     keep = [d for d in sc.options(cfg, dtype).defines if d.split("=")[0] in _SHAPE_DEFINES]
     wgs = W_GROUP if W_GROUP_SMEM is None else W_GROUP_SMEM
-    store = (f"WG={W_GROUP}", f"WGS={wgs}", f"WEARLY={int(W_EARLY)}")
+    store = (f"WG={W_GROUP}", f"WGS={wgs}", f"WEARLY={int(early if W_EARLY is None else W_EARLY)}")
     return nvrtc.CompileOptions(defines=(*keep, *store, *extra))
 
 

@@ -39,9 +39,9 @@ against 3.94. Backward (run 9, after the fused accumulator fix): fused wins at 1
 2.83) and they tie at 8192; widths between 1024 and 4096 were not measured. Past 16384 columns ``chunked`` came first
 until session 15, although split had overtaken it (runs 59-60, bf16 at 65536 / 262144: rms split 3.58 / 3.40
 against chunked 2.78 / 2.66, layer 3.31 / 2.95 against 2.45 / 2.29)."""
-CLUSTER_COLS = (8192, 16384, 65536)
+CLUSTER_COLS = (8192, 16384, 65536, 262144)
 """Where ``variant=None`` takes the Hopper ``cluster`` rung (:func:`cluster_leads`): from the first width, to the
-second, and for rms_norm in 16-bit types to the third."""
+second, for rms_norm in 16-bit types to the third, and for rms_norm in bf16 to the fourth."""
 
 
 def cluster_leads(kind: str, d: int, dtype: torch.dtype | None) -> bool:
@@ -50,13 +50,18 @@ def cluster_leads(kind: str, d: int, dtype: torch.dtype | None) -> bool:
     split's 3.60-3.85; fp32 4.07-4.15; the one loss rms fp32 at 8192, 4.07 against fused's 4.17); rms_norm at 65536
     in bf16 / fp16 (3.91 / 3.88 against split's 3.58 / 3.60) but not fp32 (3.39 against 3.66); neither at 262144
     (rms 3.40 against split's 3.39-3.45 in 16-bit, 3.09 against 3.67 in fp32) nor layer_norm past 16384 (bf16 3.09
-    against 3.33 at 65536). Widths between those measured follow their neighbours; only widths a multiple of 8
-    (the 16-byte path: the one-element path was never timed), and the chooser also wants 16-byte row starts
-    (``kwargs["aligned"]``, from :func:`pick`)."""
+    against 3.33 at 65536). Since FAST_STATS (run 85) rms_norm's bf16 rung leads at 262144 too: run 87, the same
+    processes, cluster 3.48 / 3.45 against split 3.41 / 3.39 (and the early w loads, session 25, +2% on the H200 in
+    run 65, +4% under the H200 stand-in); fp16 there was last measured before both (3.40 against split's 3.45, run
+    61) and stays with split past 65536. Widths between those measured follow their neighbours; only widths a
+    multiple of 8 (the 16-byte path: the one-element path was never timed), and the chooser also wants 16-byte row
+    starts (``kwargs["aligned"]``, from :func:`pick`)."""
     if kind not in ("rms", "layer") or d % 8:
         return False
-    lo, hi, wide = CLUSTER_COLS
-    top = wide if kind == "rms" and dtype in (torch.float16, torch.bfloat16) else hi
+    lo, hi, wide, widest = CLUSTER_COLS
+    top = hi
+    if kind == "rms" and dtype in (torch.float16, torch.bfloat16):
+        top = widest if dtype == torch.bfloat16 else wide
     return lo <= d <= top
 
 

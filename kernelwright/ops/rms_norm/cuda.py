@@ -41,11 +41,27 @@ PAIR_GROUP = 2
 16-24 bytes a thread at 64 registers (sm_90)."""
 
 
+EARLY_W = True
+"""The store's first w vectors loaded before the statistics (``_cluster_norm.W_EARLY``) in the kernels
+:func:`w_early` names: the 16-bit rows held by clusters of 4 CTAs (196609-262144 columns), where the row's
+CTAs wait for each other at the cluster barrier and the early loads run behind that wait. 1024 x 262144 bf16 TB/s:
+H200 run 65 3.41 -> 3.48 (before FAST_STATS), H100 under sm_proxy.py's H200 stand-in (run 100, 48 SMs held,
+alternating, twice) 3.76 / 3.76 -> 3.91 / 3.91; at 65536 (one CTA a row) it lost (3.91 -> 3.79 on the H200; 4.45 ->
+4.38 under the stand-in), and clusters of 2 or 3 (65537-196608 columns) and fp32 rows were not measured, so they keep
+the plain store. False: the plain store everywhere."""
+
+
+def w_early(cfg: sc.ClusterConfig, dtype: torch.dtype, pair: bool = False) -> bool:
+    """Whether the kernel for ``cfg`` takes :data:`EARLY_W` (see there); the PAIR kernels store by their own code."""
+    return EARLY_W and not pair and cfg.cluster >= 4 and dtype.itemsize == 2 and cfg.snv > 0
+
+
 def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats: bool, pair: bool = False):
     extra = (f"OFFSET={int(offset)}", f"SAVE_STATS={int(save_stats)}", f"FAST={int(FAST_STATS)}")
     if pair:
         extra += ("PAIR=1", f"PG={PAIR_GROUP}")
-    return cn.compiled(SOURCE, "rms_norm_cluster_pair" if pair else "rms_norm_cluster", cn.options(cfg, dtype, extra))
+    opts = cn.options(cfg, dtype, extra, early=w_early(cfg, dtype, pair))
+    return cn.compiled(SOURCE, "rms_norm_cluster_pair" if pair else "rms_norm_cluster", opts)
 
 
 def rms_norm_cluster(x, weight, eps=1e-6, offset=False, *, out, stats=None):
