@@ -72,8 +72,9 @@
 #                                                                # standing rows and timelines; on an H100 layer
 #                                                                # norm's cluster switches under the stand-in
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh last25       # session 25's last call (~2 minutes): on an
-#                                                                # H200 the wide rows' deciding rows; on an H100
-#                                                                # two store switches under the stand-in, twice
+#                                                                # H200 the wide rows' deciding rows (the next H200
+#                                                                # session's first call; ~4 min); on an H100 two
+#                                                                # store switches under the stand-in, twice
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -575,6 +576,10 @@ PY
     # the CTAs' timelines. On an H100: the store switches W_GROUP_SMEM=8 (run 99: +3-4% under the stand-in, one
     # process) and W_EARLY against the defaults, alternating, twice, under the stand-in (48 SMs held as GPCs).
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      # (since cda9452: rms's early w loads at 262144 and variant=None's rms cluster to 262144 in bf16; their GPU tests)
+      step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py tests/test_norms.py \
+        -k "public_ops_through or 262144 or zero_rows or early"
+      grep -E "passed|failed" "$LOG" | tail -1
       for i in 1 2; do
         step 60 python3 -m kernelwright.cli bench layer_norm rms_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
           --variant cluster --variant split --no-peers --max-seconds 0.3
