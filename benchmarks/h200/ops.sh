@@ -109,6 +109,21 @@ bwd_switch_runs() { local sizes=$1 sw a args; shift
     echo "   ($sw)" | tee -a "$LOG"
   done
   grep -E "│ (rms|layer|add_rms)_norm_bwd|^   \(" "$LOG" | cut -c1-100; }
+# issue 4's standing rows (session 25): layer norm's cluster and split rungs at the wide rows twice, the spare-SM
+# backward's GPU tests (the CUDA graph test among them), then the backward and forward sweeps at the issue's sizes
+# with every rung and peer (carry .whl for Liger)
+standing_rows() { local i
+  for i in 1 2; do
+    step 60 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
+      --variant cluster --variant split --no-peers --max-seconds 0.3
+    echo "   (layer norm wide, run $i)" | tee -a "$LOG"
+  done
+  step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k "spare or graph"
+  grep -E "passed|failed" "$LOG" | tail -1
+  step 200 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+    --sizes "16384x1024,65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144" --max-seconds 0.3
+  step 150 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 \
+    --sizes "65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144" --max-seconds 0.3; }
 python3 -m kernelwright.cli roofline >> "$LOG" 2>&1
 case "${1:-fwd}" in
   cluster)
@@ -613,16 +628,7 @@ PY
     # split, so only differences between cluster settings are read from it), each setting in its own process; then
     # the CTAs' timelines with and without the occupier.
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      for i in 1 2; do
-        step 60 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
-          --variant cluster --variant split --no-peers --max-seconds 0.3
-        echo "   (layer norm wide, run $i)" | tee -a "$LOG"
-      done
-      step 100 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k "spare or graph"
-      step 150 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
-        --sizes "16384x1024,65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144" --max-seconds 0.3
-      step 120 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 \
-        --sizes "65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144" --max-seconds 0.3
+      standing_rows
       step 100 python3 benchmarks/experiments/norm_timeline.py
       cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
       grep -E "│ layer_norm .*(65536|262144)|^   \(" "$LOG" | head -12 | cut -c1-100
@@ -651,19 +657,7 @@ PY
     # wide rows twice (variant=None picks split there from H200 rows that predate FAST_STATS); the backward's GPU
     # tests of the spare SMs (the CUDA graph test never ran); the backward and forward sweeps at the issue's sizes
     # with every rung and peer (carry .whl for Liger); the patched Llama's step. About 6 minutes.
-    for i in 1 2; do
-      step 60 python3 -m kernelwright.cli bench layer_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
-        --variant cluster --variant split --no-peers --max-seconds 0.3
-      echo "   (layer norm wide, run $i)" | tee -a "$LOG"
-    done
-    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_norm_bwd_cluster.py -k "spare or graph"
-    grep -E "passed|failed" "$LOG" | tail -1
-    BS="16384x1024,65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
-    step 200 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
-      --sizes "$BS" --max-seconds 0.3
-    FS="65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144"
-    step 150 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 \
-      --sizes "$FS" --max-seconds 0.3
+    standing_rows
     OUT="$OUT" step 120 python3 benchmarks/experiments/llama_patch_speed.py
     grep -E "tokens|speedup|logits" "$LOG" | tail -6
     grep -E "│ layer_norm .*(65536|262144)|^   \(" "$LOG" | head -12 | cut -c1-100
