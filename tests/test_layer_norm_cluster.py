@@ -230,6 +230,63 @@ def test_fast_stats_take_the_fast_path_only_where_it_holds(cuda_dev, monkeypatch
     assert not same[[5, 8]].all(), "no row took the one-pass M2"
 
 
+# --- TC_STATS (session 25, not yet run on a GPU): FAST_STATS' two sums on the tensor cores ---------------------
+def test_tc_stats_compile_to_tensor_core_instructions_without_spills(monkeypatch):
+    """Three mma.sync a held 16-byte vector (the sum against ones, the squares against the vector's own rows) in the
+    16-bit kernels FAST_STATS applies to, at 64 registers without spills (sm_90); fp32 and the narrow shapes keep
+    their kernels, and so does every kernel with the switch off."""
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    def hmma(art):
+        rep = ki.analyze(ki.Artifact("layer_norm_cluster", art["cubin"], art["threads_per_block"]))
+        return rep, sum(v for k, v in rep.mix.opcodes.items() if k.startswith("HMMA"))
+
+    for n, dtype in ((40000, torch.bfloat16), (65536, torch.float16), (131072, torch.bfloat16),
+                     (262144, torch.bfloat16), (262144, torch.float16)):
+        monkeypatch.setattr(lc, "TC_STATS", False)
+        plain = lc.artifact(n, dtype, True, save_stats=True)
+        assert hmma(plain)[1] == 0
+        monkeypatch.setattr(lc, "TC_STATS", True)
+        art = lc.artifact(n, dtype, True, save_stats=True)
+        rep, count = hmma(art)
+        cfg = art["config"]
+        assert count == 3 * (cfg.nv + 1), (n, count)  # the register vectors unrolled, the shared-memory loop once
+        assert rep.registers <= 64 and rep.stack_bytes == 0 and rep.mix.local_store_bytes == 0, (n, rep.stack_bytes)
+    for n, dtype in ((8192, torch.bfloat16), (65536, torch.float32)):  # no FAST_STATS there: unchanged
+        monkeypatch.setattr(lc, "TC_STATS", False)
+        plain = lc.artifact(n, dtype, True)["cubin"]
+        monkeypatch.setattr(lc, "TC_STATS", True)
+        assert lc.artifact(n, dtype, True)["cubin"] == plain, (n, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_tc_stats_match_float64(cuda_dev, monkeypatch, dtype):
+    """The output against float64 with TC_STATS at 40000-262144 columns (the special rows at 262144: zeros,
+    constant, out of FAST_STATS' range, a large mean, either side of the 1/16 cut, CTAs taking different paths); and
+    the saved statistics against the fold's: the same bits where the sums are not used (zeros, constant, out of range:
+    the scaled passes), within a few ulps of fp32 elsewhere (the tensor cores add in their own order)."""
+    monkeypatch.setattr(lc, "FAST_STATS", True)
+    monkeypatch.setattr(lc, "TC_STATS", True)
+    for n in (40000, 65536, 131072):
+        x = torch.randn(2, n, device=cuda_dev).mul_(3).add_(1).to(dtype)
+        w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
+        _check(x, w, b)
+    n = 262144
+    x = _special_rows(n, dtype, cuda_dev)
+    w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
+    _check(x, w, b)
+    stats = {}
+    for tc in (False, True):
+        monkeypatch.setattr(lc, "TC_STATS", tc)
+        mean, rstd = (torch.full((9,), float("nan"), device=cuda_dev) for _ in range(2))
+        lc.layer_norm_cluster(x, w, b, 1e-5, out=torch.empty_like(x), stats=(mean, rstd))
+        stats[tc] = mean, rstd
+    for a, c in zip(stats[False], stats[True], strict=True):
+        assert torch.equal(a[:4], c[:4]), (a[:4], c[:4])
+        assert torch.allclose(a, c, rtol=1e-5, atol=1e-6), (a, c)
+
+
 # --- the PAIR_ROWS switch (session 19, not yet run on a GPU): two rows a cluster, w and b read once for both ----
 PAIR_SHAPES = [(65536, torch.bfloat16, True, (2, 512)), (262144, torch.float16, True, (8, 512)),
                (40000, torch.bfloat16, True, (2, 512)), (131072, torch.bfloat16, True, (4, 512)),

@@ -295,6 +295,17 @@ inline T shuffle(unsigned mask, T v, int src) {
     std::memcpy(&r, &w.buf[slot][src], sizeof(T));
     return r;
 }
+// every lane of `mask` hands in v; all receives the 32 lanes' values (a warp-collective such as mma.sync, whose
+// fragments span the warp; lanes outside the mask leave their slots as they were)
+inline void gather(unsigned mask, unsigned long long v, unsigned long long (&all)[32]) {
+    Fiber& f = *g->cur;
+    Warp& w = g->ctas[f.cta].warps[f.tid / 32];
+    const int lane = f.tid % 32, slot = f.shuffles++ & 1;
+    if (!(mask >> lane & 1u)) fail("a warp-collective by a lane outside its mask");
+    w.buf[slot][lane] = v;
+    warp_barrier(mask);
+    std::memcpy(all, w.buf[slot], sizeof all);
+}
 inline unsigned cluster_rank() { return g->ctas[g->cur->cta].idx.x % g->cluster; }
 inline void spin() {
     g->cur->spun = true;

@@ -133,6 +133,26 @@ __device__ __forceinline__ float wait_tagged_gpu(const unsigned long long* p, un
     return __uint_as_float((unsigned)q);
 }
 
+
+// --- tensor cores: one warp's mma.sync.m16n8k16 with 16-bit inputs (F16: fp16, else bf16) and fp32 accumulators,
+// d += A B. Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"; g = lane / 4, t = lane % 4, the lower half of
+// a word the even index): a[0] A[g][2t, 2t+1], a[1] A[g+8][2t, 2t+1], a[2] A[g][2t+8, 2t+9], a[3] A[g+8][2t+8,
+// 2t+9]; b0 B[2t, 2t+1][g], b1 B[2t+8, 2t+9][g]; d[0], d[1] D[g][2t, 2t+1], d[2], d[3] D[g+8][2t, 2t+1]. Every lane
+// of the warp takes part.
+template <bool F16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    if (F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 #else  // KW_EMULATE: the CPU emulator's stand-ins (kernelwright/backends/emulate/cuda_emu.h)
 #define KW_DYNAMIC_SHARED(T, name) static T*& name = reinterpret_cast<T*&>(kw_emu::dynamic_shared)
 
@@ -167,5 +187,31 @@ inline float wait_tagged_gpu(const unsigned long long* p, unsigned tag) {
     unsigned long long q;
     while (((q = *static_cast<const volatile unsigned long long*>(p)) >> 32) != tag) kw_emu::spin();
     return __uint_as_float((unsigned)q);
+}
+// the warp's fragments gathered (three exchanges of the lanes' words), then this lane's four D elements summed over
+// k in order in fp32 (the tensor cores' own order and rounding inside one instruction differ; products of 16-bit
+// values are exact in fp32 either way)
+template <bool F16>
+inline void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    unsigned long long pa[32], pb[32], pc[32];
+    kw_emu::gather(0xffffffffu, ((unsigned long long)a[1] << 32) | a[0], pa);
+    kw_emu::gather(0xffffffffu, ((unsigned long long)a[3] << 32) | a[2], pb);
+    kw_emu::gather(0xffffffffu, ((unsigned long long)b1 << 32) | b0, pc);
+    auto half = [](unsigned long long w, int i) {  // the i-th 16-bit value of a pair of words
+        const unsigned short h = (unsigned short)(w >> (16 * i));
+        return F16 ? kw_emu::f16_to_f32(h) : __uint_as_float((unsigned)h << 16);
+    };
+    auto A = [&](int m, int k) {  // A[m][k]: lane (m % 8) * 4 + (k % 8) / 2; a[0] / a[1] in pa, a[2] / a[3] in pb
+        const unsigned long long w = (k < 8 ? pa : pb)[(m % 8) * 4 + (k % 8) / 2];
+        return half(w, (m >= 8 ? 2 : 0) + k % 2);
+    };
+    auto B = [&](int k, int n) { return half(pc[n * 4 + (k % 8) / 2], (k >= 8 ? 2 : 0) + k % 2); };
+    const int lane = (int)(kw_emu::g->cur->tid % 32), g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; ++e) {
+        const int m = g + (e >= 2 ? 8 : 0), n = 2 * t + e % 2;
+        float s = d[e];
+        for (int k = 0; k < 16; ++k) s = fmaf(A(m, k), B(k, n), s);
+        d[e] = s;
+    }
 }
 #endif

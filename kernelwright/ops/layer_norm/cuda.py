@@ -37,6 +37,16 @@ of an add, a multiply and an FMA. None (default): on where FAST_STATS is (the pa
 narrower shapes' kernels are as before; True / False force it at every shape."""
 
 
+TC_STATS = False
+"""Experiment switch (session 25, compiled and emulated only: not yet run on a GPU): FAST_STATS' sum and sum of squares
+by the tensor cores, mma.sync m16n8k16 with each 16-byte vector of the held chunk as an A fragment (against ones for
+the sum; against its own rows for the squares, read off the diagonal), three instructions a vector where the fold
+issues 24 (``cuda/cluster.cu`` tc_fold). The reading behind it (H100 run 99, norm_timeline.py beside sm_proxy.py's
+occupier, 48 SMs held): with an SM's share of the H200's bandwidth the rung's statistics take 4.7 us a CTA, as long
+as its loads, against rms_norm's 2.9; they compete for issue with the SM's other CTA's store. Applied where
+FAST_STATS is (16-bit rows with shared-memory vectors)."""
+
+
 PAIR_ROWS = False
 """Experiment switch: two rows a cluster for the wide 16-bit rows (those whose one-row shape holds shared-memory
 vectors, past 32768 columns): each CTA holds the same columns of both rows, the first in registers and the second
@@ -68,6 +78,8 @@ def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, save_stats: bool, pair: b
     fma = (fast if STORE_FMA is None else STORE_FMA) and not pair
     if fast or fma:  # (defined only when on: the kernels without either keep their options as they were)
         extra += (f"FAST_STATS={int(fast)}", f"STORE_FMA={int(fma)}")
+    if fast and TC_STATS and dtype in (torch.float16, torch.bfloat16):
+        extra += ("TC_STATS=1",)
     if pair:
         extra += (f"PG={PAIR_GROUP}",)
     name = "layer_norm_cluster_pair" if pair else "layer_norm_cluster"
