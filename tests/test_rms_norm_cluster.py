@@ -205,6 +205,57 @@ def test_early_w_only_where_it_was_measured_to_gain(monkeypatch):
     assert early(65536, bf16)[1] is True
 
 
+# --- TC_STATS (session 25, not yet run on a GPU): FAST's sum of squares on the tensor cores ----------------------
+def test_tc_stats_compile_to_tensor_core_instructions(monkeypatch):
+    """Two mma.sync a held 16-byte vector in the 16-bit 16-byte-path kernels, at 64 registers: no spills to 65536
+    columns; at 262144, beside the early w loads, 40-48 bytes (sm_90). fp32 and the one-element path keep their
+    kernels."""
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+
+    for n, dtype in ((4096, torch.bfloat16), (16384, torch.float16), (65536, torch.bfloat16), (262144, torch.float16)):
+        monkeypatch.setattr(rc, "TC_STATS", True)
+        art = rc.artifact(n, dtype, True, offset=True, save_stats=True)
+        rep = ki.analyze(ki.Artifact("rms_norm_cluster", art["cubin"], art["threads_per_block"]))
+        cfg = art["config"]
+        assert sum(v for k, v in rep.mix.opcodes.items() if k.startswith("HMMA")) == 2 * (cfg.nv + (cfg.snv > 0)), n
+        assert rep.registers <= 64 and rep.stack_bytes <= (48 if cfg.cluster >= 4 else 0), (n, rep.stack_bytes)
+    for n, dtype, vector in ((65536, torch.float32, True), (4097, torch.bfloat16, False)):
+        monkeypatch.setattr(rc, "TC_STATS", False)
+        plain = rc.artifact(n, dtype, vector)["cubin"]
+        monkeypatch.setattr(rc, "TC_STATS", True)
+        assert rc.artifact(n, dtype, vector)["cubin"] == plain, (n, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_tc_stats_match_float64(cuda_dev, monkeypatch, dtype):
+    """The output and saved rstd against float64 with TC_STATS (rows inside FAST's range, and rows that leave it:
+    zeros, a CTA of zeros, past and below the range, one huge value); rstd within a few fp32 ulps of the fold's."""
+    monkeypatch.setattr(rc, "FAST_STATS", True)
+    monkeypatch.setattr(rc, "TC_STATS", True)
+    for n in (4096, 65536):
+        x = torch.randn(3, n, device=cuda_dev).mul_(3).to(dtype)
+        w = torch.randn(n, device=cuda_dev).to(dtype)
+        _check(x, w)
+        _check(x, w, eps=1e-2, offset=True)
+    n = 262144
+    x = torch.randn(6, n, device=cuda_dev)
+    x[0] = 0
+    x[1, : n // 2] = 0
+    x[2] *= 1e4 if dtype == torch.float16 else 1e30  # past the range (bf16): the scaled pass
+    x[3] *= 1e-6 if dtype == torch.float16 else 1e-30
+    x[4, 7] = 6e4 if dtype == torch.float16 else 3e38
+    x = x.to(dtype)
+    w = torch.randn(n, device=cuda_dev).to(dtype)
+    _check(x, w)
+    rstd = {}
+    for tc in (False, True):
+        monkeypatch.setattr(rc, "TC_STATS", tc)
+        rstd[tc] = torch.full((6,), float("nan"), device=cuda_dev)
+        rc.rms_norm_cluster(x, w, 1e-6, False, out=torch.empty_like(x), stats=(rstd[tc],))
+    assert torch.allclose(rstd[False], rstd[True], rtol=1e-5, atol=0), (rstd[False], rstd[True])
+
+
 @pytest.mark.parametrize("switch", [("W_GROUP_SMEM", 8), ("W_EARLY", True)])
 def test_store_switches_compile_for_both_norm_rungs(monkeypatch, switch):
     # experiment switches of the shared store (_cluster_norm; session 15, not yet timed): they compile for sm_90 at

@@ -75,6 +75,9 @@
 #                                                                # H200 the wide rows' deciding rows (the next H200
 #                                                                # session's first call; ~4 min); on an H100 two
 #                                                                # store switches under the stand-in, twice
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tcstats      # session 25: the norm cluster rungs' statistics
+#                                                                # on the tensor cores (TC_STATS): GPU tests, off /
+#                                                                # on twice (the stand-in on an H100), ~3 minutes
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -583,6 +586,31 @@ PY
       step 100 python3 $P --cluster 16 --blocked 0,48 --sizes 4096x65536,1024x262144 --json "$OUT/sm_proxy_gpc48_$i.json"
     done
     grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$" "$LOG" | head -80
+    ;;
+  tcstats)
+    # session 25 (compiled and emulated only): TC_STATS, FAST_STATS' sums by mma.sync (layer_norm: sum and sum of
+    # squares, 3 tensor-core instructions a held vector where the fold issues 24; rms_norm: the squares, 2 against
+    # 16). Its GPU tests first (float64, and rstd against the fold's), then off / on alternating twice, each in its
+    # own process, at 16384 x 8192 / 4096 x 65536 / 1024 x 262144: kw bench on an H200; on an H100 the stand-in
+    # (48 SMs held as GPCs), where the statistics phase took 4.7 us a CTA for layer norm (run 99).
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py \
+      tests/test_rms_norm_cluster.py -k tc_stats
+    grep -E "passed|failed" "$LOG" | tail -1
+    T="kernelwright.ops.layer_norm.cuda.TC_STATS kernelwright.ops.rms_norm.cuda.TC_STATS"
+    for on in False True False True; do
+      sets=""; for t in $T; do sets="$sets $t=$on"; done
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        step 60 python3 benchmarks/experiments/switch_bench.py $sets -- bench layer_norm rms_norm --dtypes bf16 \
+          --sizes 16384x8192,4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+      else
+        args=""; for t in $sets; do args="$args --set $t"; done
+        step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
+          --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "/tmp/sm_proxy_tc_$on.$RANDOM.json"
+      fi
+      echo "   (TC_STATS=$on)" | tee -a "$LOG"
+    done
+    tar -czf "$OUT/sm_proxy_tc.tgz" -C /tmp $(cd /tmp && ls sm_proxy_tc_*.json 2>/dev/null) 2>/dev/null
+    grep -E "│ (layer|rms)_norm |^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | cut -c1-100 | head -50
     ;;
   last25)
     # session 25's last call, cut to the device time left (~3 minutes with the start). On an H200: layer norm cluster

@@ -306,6 +306,50 @@ __device__ __forceinline__ A chunk_amax_fold(const unsigned (&w)[NV][WORDS], flo
     return acc;
 }
 
+#if VECTOR && EB == 2
+// TC_STATS (the norm cluster rungs' switch, session 25): a chunk's unscaled sum of squares Q (and with SUM its sum S)
+// by mma.sync (ptx.cuh mma_16816), its largest |x| as chunk_amax_fold. A lane's 16-byte vector is one A fragment of a
+// 16 x 16 tile (which value sits where does not matter to a sum): D += A A^T, B taken from the same registers (b0, b1
+// = a[0], a[2]: A's rows 0-7; a[1], a[3]: rows 8-15), has each row's sum of squares on its diagonal, and D += A ones
+// every row's sum in each of D's 8 columns (the warp's D elements add up to 8 S). Two or three tensor-core
+// instructions a vector where the fold issues 16 or 24 (byte permutes, adds, FMAs). Products of 16-bit values are
+// exact in fp32; the accumulation rounds as the tensor cores do. Returns this lane's shares (x: S, y: Q), which the
+// block reduction's warp sums complete.
+template <bool SUM>
+__device__ __forceinline__ void tc_fold(const unsigned (&a)[4], float (&s)[4], float (&q0)[4], float (&q1)[4]) {
+    constexpr unsigned ONE = DTYPE == 1 ? 0x3c003c00u : 0x3f803f80u;  // a pair of 1.0s
+    if (SUM) mma_16816<DTYPE == 1>(s, a, ONE, ONE);
+    mma_16816<DTYPE == 1>(q0, a, a[0], a[2]);
+    mma_16816<DTYPE == 1>(q1, a, a[1], a[3]);
+}
+template <bool SUM>
+__device__ __forceinline__ float2 chunk_amax_sums_tc(const unsigned (&w)[NV][WORDS], float& amax) {
+    unsigned m = 0;
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, w[j][k]);
+        tc_fold<SUM>(w[j], s, q0, q1);
+    }
+#if SNV
+    cp_async_wait<0>();
+#pragma unroll 1
+    for (int j = 0; j < SNV; ++j) {
+        const uint4 h = held[j * THREADS + threadIdx.x];
+        const unsigned a[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) m = max_magnitude(m, a[k]);
+        tc_fold<SUM>(a, s, q0, q1);
+    }
+#endif
+    amax = amax_of(m);
+    const int g = (threadIdx.x & 31) >> 2, t2 = (threadIdx.x & 3) * 2;  // this lane's D rows g, g + 8; columns t2, +1
+    const float q = (g == t2 ? q0[0] + q1[2] : 0.0f) + (g == t2 + 1 ? q0[1] + q1[3] : 0.0f);
+    return make_float2(SUM ? (s[0] + s[1] + s[2] + s[3]) * 0.125f : 0.0f, q);
+}
+#endif
+
 #if SNV
 // PAIR kernels, 2.: both rows' largest magnitudes (x, y) and folds (z, w): row r0's in registers, row r0 + 1's in
 // the shared-memory slots (SNV == NV)

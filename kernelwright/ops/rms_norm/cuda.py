@@ -51,6 +51,19 @@ alternating, twice) 3.76 / 3.76 -> 3.91 / 3.91; at 65536 (one CTA a row) it lost
 the plain store. False: the plain store everywhere."""
 
 
+TC_STATS = False
+"""Experiment switch (session 25, compiled and emulated only: not yet run on a GPU): FAST_STATS' sum of squares by
+the tensor cores (``_cuda/rows.cuh`` chunk_amax_sums_tc: mma.sync with each 16-byte vector of the held chunk as an
+A fragment against its own rows, the squares read off the diagonal), two instructions a vector where the fold issues
+16; the layer_norm rung's :data:`kernelwright.ops.layer_norm.cuda.TC_STATS` has the reading behind it. 16-bit rows
+on the 16-byte path, one row a cluster."""
+
+
+def tc_stats(cfg: sc.ClusterConfig, dtype: torch.dtype, pair: bool = False) -> bool:
+    """Whether the kernel for ``cfg`` takes :data:`TC_STATS`."""
+    return TC_STATS and FAST_STATS and not pair and cfg.vector and dtype.itemsize == 2
+
+
 def w_early(cfg: sc.ClusterConfig, dtype: torch.dtype, pair: bool = False) -> bool:
     """Whether the kernel for ``cfg`` takes :data:`EARLY_W` (see there); the PAIR kernels store by their own code."""
     return EARLY_W and not pair and cfg.cluster >= 4 and dtype.itemsize == 2 and cfg.snv > 0
@@ -60,6 +73,8 @@ def _kernel(cfg: sc.ClusterConfig, dtype: torch.dtype, offset: bool, save_stats:
     extra = (f"OFFSET={int(offset)}", f"SAVE_STATS={int(save_stats)}", f"FAST={int(FAST_STATS)}")
     if pair:
         extra += ("PAIR=1", f"PG={PAIR_GROUP}")
+    if tc_stats(cfg, dtype, pair):  # (defined only when on: the other kernels keep their options)
+        extra += ("TC_STATS=1",)
     opts = cn.options(cfg, dtype, extra, early=w_early(cfg, dtype, pair))
     return cn.compiled(SOURCE, "rms_norm_cluster_pair" if pair else "rms_norm_cluster", opts)
 

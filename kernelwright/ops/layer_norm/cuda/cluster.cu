@@ -115,44 +115,11 @@ __device__ __forceinline__ float2 chunk_amax_sum24(const unsigned (&w)[NV][WORDS
 
 #if FAST_STATS && TC_STATS
 static_assert(VECTOR && EB == 2, "TC_STATS: 16-bit values, 16-byte vectors (one A fragment each)");
-// TC_STATS: the unscaled sum S and sum of squares Q of FAST_STATS by mma.sync (ptx.cuh mma_16816), the largest
-// magnitude as before. A 16-byte vector a lane is one A fragment of a 16 x 16 tile (which value sits where does not
-// matter to a sum): D += A ones gives every row's sum in each of D's 8 columns (so the warp's D elements add up to 8
-// S), and D += A A^T, B taken from the same registers (b0, b1 = a[0], a[2]: rows 0-7 of A; a[1], a[3]: rows 8-15),
-// has each row's sum of squares on the diagonal. Three tensor-core instructions a vector where the fold takes 24
-// (8 byte permutes, adds and FMAs: session 25's reading of the store and statistics phases, which compete for
-// issue with the SM's other CTA). Products of 16-bit values are exact in fp32; the accumulation rounds as the
-// tensor cores do. The lane's share of S and Q is returned: the block reduction's warp sums complete them.
-__device__ __forceinline__ void tc_fold(const unsigned (&a)[4], float (&s)[4], float (&q0)[4], float (&q1)[4]) {
-    constexpr unsigned ONE = DTYPE == 1 ? 0x3c003c00u : 0x3f803f80u;  // a pair of 1.0s
-    mma_16816<DTYPE == 1>(s, a, ONE, ONE);
-    mma_16816<DTYPE == 1>(q0, a, a[0], a[2]);
-    mma_16816<DTYPE == 1>(q1, a, a[1], a[3]);
-}
+// TC_STATS: FAST_STATS' sum and sum of squares on the tensor cores (rows.cuh chunk_amax_sums_tc), this lane's shares
 __device__ __forceinline__ float3 chunk_amax_sum_sq(const unsigned (&w)[NV][WORDS]) {
-    unsigned m = 0;
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, q1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-#pragma unroll
-        for (int k = 0; k < WORDS; ++k) m = max_magnitude(m, w[j][k]);
-        tc_fold(w[j], s, q0, q1);
-    }
-#if SNV
-    cp_async_wait<0>();
-#pragma unroll 1
-    for (int j = 0; j < SNV; ++j) {
-        const uint4 h = held[j * THREADS + threadIdx.x];
-        const unsigned a[4] = {h.x, h.y, h.z, h.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) m = max_magnitude(m, a[k]);
-        tc_fold(a, s, q0, q1);
-    }
-#endif
-    const int g = (threadIdx.x & 31) >> 2, t2 = (threadIdx.x & 3) * 2;  // this lane's D rows g, g + 8; columns t2, +1
-    const float S = (s[0] + s[1] + s[2] + s[3]) * 0.125f;
-    const float Q = (g == t2 ? q0[0] + q1[2] : 0.0f) + (g == t2 + 1 ? q0[1] + q1[3] : 0.0f);
-    return make_float3(amax_of(m), S, Q);
+    float amax;
+    const float2 sq = chunk_amax_sums_tc<true>(w, amax);
+    return make_float3(amax, sq.x, sq.y);
 }
 #elif FAST_STATS
 // FAST_STATS: this thread's largest magnitude (raw bits, as chunk_amax), unscaled sum and unscaled sum of squares in

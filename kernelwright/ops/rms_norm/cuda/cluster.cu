@@ -43,6 +43,9 @@
 #ifndef FAST
 #define FAST 0  // step 2 in one pass where the chunk's range allows (see block_stats; ../cuda.py turns it on)
 #endif
+#ifndef TC_STATS
+#define TC_STATS 0  // FAST's sum of squares on the tensor cores (rows.cuh chunk_amax_sums_tc; switch in ../cuda.py)
+#endif
 
 #include "../../_cuda/rows.cuh"  // element formats, cluster primitives, warp reductions, vector loads and stores
 
@@ -106,10 +109,14 @@ __device__ __forceinline__ float2 block_stats(const unsigned (&w)[NV][WORDS], fl
                                               const void* x_, long long row, int x_stride, int base, int n_cols) {
 #if FAST
     float amax;
+#if TC_STATS
+    const float q = chunk_amax_sums_tc<false>(w, amax).y;  // this lane's share, on the tensor cores (rows.cuh)
+#else
     const float q = chunk_amax_fold(w, amax, 0.0f, [](float q, unsigned word, int i) {  // (rows.cuh)
         const float v = elem(word, i);
         return fmaf(v, v, q);
     });
+#endif
     const float2 aq = block_reduce_max_sum(make_float2(amax, q), red_a, red_s);
     const float a = aq.x;
     const int e = a > 0.0f && a <= 3.4028235e38f ? exponent_of(a) : 0;
