@@ -196,19 +196,26 @@ def _special_rows(n: int, dtype: torch.dtype, dev: str) -> torch.Tensor:
     return x.to(dtype)
 
 
+def _check_wide_rows(dev: str, dtype: torch.dtype, rows: int):
+    """_check at 40000 / 65536 / 131072 columns (``rows`` random rows each) and on the special rows at 262144 columns,
+    whose (x, w, b) it returns."""
+    for n in (40000, 65536, 131072):
+        x = torch.randn(rows, n, device=dev).mul_(3).add_(1).to(dtype)
+        w, b = torch.randn(n, device=dev).to(dtype), torch.randn(n, device=dev).to(dtype)
+        _check(x, w, b)
+    n = 262144
+    x = _special_rows(n, dtype, dev)
+    w, b = torch.randn(n, device=dev).to(dtype), torch.randn(n, device=dev).to(dtype)
+    _check(x, w, b)
+    return x, w, b
+
+
 @pytest.mark.parametrize("store_fma", [False, True], ids=["fast", "fast+fma"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_fast_stats_match_float64(cuda_dev, monkeypatch, dtype, store_fma):
     monkeypatch.setattr(lc, "FAST_STATS", True)
     monkeypatch.setattr(lc, "STORE_FMA", store_fma)
-    for n in (40000, 65536, 131072):
-        x = torch.randn(3, n, device=cuda_dev).mul_(3).add_(1).to(dtype)
-        w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
-        _check(x, w, b)
-    n = 262144
-    x = _special_rows(n, dtype, cuda_dev)
-    w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
-    _check(x, w, b)
+    x, w, b = _check_wide_rows(cuda_dev, dtype, 3)
     _check(x[3:4], w, b, eps=0.0)  # no eps: the tiny row's own spread sets rstd
 
 
@@ -269,14 +276,7 @@ def test_tc_stats_match_float64(cuda_dev, monkeypatch, dtype):
     order)."""
     monkeypatch.setattr(lc, "FAST_STATS", True)
     monkeypatch.setattr(lc, "TC_STATS", True)
-    for n in (40000, 65536, 131072):
-        x = torch.randn(2, n, device=cuda_dev).mul_(3).add_(1).to(dtype)
-        w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
-        _check(x, w, b)
-    n = 262144
-    x = _special_rows(n, dtype, cuda_dev)
-    w, b = torch.randn(n, device=cuda_dev).to(dtype), torch.randn(n, device=cuda_dev).to(dtype)
-    _check(x, w, b)
+    x, w, b = _check_wide_rows(cuda_dev, dtype, 2)
     stats = {}
     for tc in (False, True):
         monkeypatch.setattr(lc, "TC_STATS", tc)
