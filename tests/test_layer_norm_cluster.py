@@ -219,18 +219,24 @@ def test_fast_stats_match_float64(cuda_dev, monkeypatch, dtype, store_fma):
     _check(x[3:4], w, b, eps=0.0)  # no eps: the tiny row's own spread sets rstd
 
 
+def _saved_stats(monkeypatch, switch: str, x, w, b) -> dict:
+    """The (mean, rstd) the rung saves for the rows of ``x`` with ``switch`` off and on: {False: ..., True: ...}."""
+    stats = {}
+    for on in (False, True):
+        monkeypatch.setattr(lc, switch, on)
+        mean, rstd = (torch.full((x.shape[0],), float("nan"), device=x.device) for _ in range(2))
+        lc.layer_norm_cluster(x, w, b, 1e-5, out=torch.empty_like(x), stats=(mean, rstd))
+        stats[on] = mean, rstd
+    return stats
+
+
 def test_fast_stats_take_the_fast_path_only_where_it_holds(cuda_dev, monkeypatch):
     """rstd with FAST_STATS against without: the same bits on the rows that fall back (zeros, constant, out of range,
     cancelled), other bits on some of the rows that take the one-pass M2 (the mean is the same value either way)."""
     n = 262144
     x = _special_rows(n, torch.bfloat16, cuda_dev)
     w, b = torch.randn(n, device=cuda_dev).bfloat16(), torch.randn(n, device=cuda_dev).bfloat16()
-    stats = {}
-    for fast in (False, True):
-        monkeypatch.setattr(lc, "FAST_STATS", fast)
-        mean, rstd = (torch.full((9,), float("nan"), device=cuda_dev) for _ in range(2))
-        lc.layer_norm_cluster(x, w, b, 1e-5, out=torch.empty_like(x), stats=(mean, rstd))
-        stats[fast] = mean, rstd
+    stats = _saved_stats(monkeypatch, "FAST_STATS", x, w, b)
     assert torch.equal(stats[False][0], stats[True][0]), "the mean: S / n is the scaled sum's value"
     same = stats[False][1] == stats[True][1]
     assert same[[0, 1, 2, 3, 4, 6]].all(), same
@@ -277,12 +283,7 @@ def test_tc_stats_match_float64(cuda_dev, monkeypatch, dtype):
     monkeypatch.setattr(lc, "FAST_STATS", True)
     monkeypatch.setattr(lc, "TC_STATS", True)
     x, w, b = _check_wide_rows(cuda_dev, dtype, 2)
-    stats = {}
-    for tc in (False, True):
-        monkeypatch.setattr(lc, "TC_STATS", tc)
-        mean, rstd = (torch.full((9,), float("nan"), device=cuda_dev) for _ in range(2))
-        lc.layer_norm_cluster(x, w, b, 1e-5, out=torch.empty_like(x), stats=(mean, rstd))
-        stats[tc] = mean, rstd
+    stats = _saved_stats(monkeypatch, "TC_STATS", x, w, b)
     k = 4 if dtype == torch.bfloat16 else 2  # (fp16's scaled rows 2 and 3 lie inside FAST's range: sums used)
     for a, c in zip(stats[False], stats[True], strict=True):
         assert torch.equal(a[:k], c[:k]), (a[:k], c[:k])
