@@ -139,19 +139,19 @@ __device__ __forceinline__ float wait_tagged_gpu(const unsigned long long* p, un
 // a word the even index): a[0] A[g][2t, 2t+1], a[1] A[g+8][2t, 2t+1], a[2] A[g][2t+8, 2t+9], a[3] A[g+8][2t+8,
 // 2t+9]; b0 B[2t, 2t+1][g], b1 B[2t+8, 2t+9][g]; d[0], d[1] D[g][2t, 2t+1], d[2], d[3] D[g+8][2t, 2t+1]. Every lane
 // of the warp takes part.
+#define KW_MMA_16816(T)                                                                                        \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "    \
+                 "{%0,%1,%2,%3};"                                                                                 \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
 template <bool F16>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     if (F16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        KW_MMA_16816("f16");
     else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        KW_MMA_16816("bf16");
 }
+#undef KW_MMA_16816
 
 #else  // KW_EMULATE: the CPU emulator's stand-ins (kernelwright/backends/emulate/cuda_emu.h)
 #define KW_DYNAMIC_SHARED(T, name) static T*& name = reinterpret_cast<T*&>(kw_emu::dynamic_shared)
