@@ -77,7 +77,8 @@
 #                                                                # store switches under the stand-in, twice
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tcstats      # session 25: the norm cluster rungs' statistics
 #                                                                # on the tensor cores (TC_STATS): GPU tests, off /
-#                                                                # on twice (the stand-in on an H100), ~3 minutes
+#                                                                # on / on with W_EARLY / on with W_GROUP_SMEM=8,
+#                                                                # twice (the stand-in on an H100), ~3 minutes
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -590,27 +591,34 @@ PY
   tcstats)
     # session 25 (compiled and emulated only): TC_STATS, FAST_STATS' sums by mma.sync (layer_norm: sum and sum of
     # squares, 3 tensor-core instructions a held vector where the fold issues 24; rms_norm: the squares, 2 against
-    # 16). Its GPU tests first (float64, and rstd against the fold's), then off / on alternating twice, each in its
-    # own process, at 16384 x 8192 / 4096 x 65536 / 1024 x 262144: kw bench on an H200; on an H100 the stand-in
-    # (48 SMs held as GPCs), where the statistics phase took 4.7 us a CTA for layer norm (run 99).
+    # 16). Its GPU tests first (float64, and rstd against the fold's), then, each setting in its own process, twice:
+    # off / on / on with the store's early w and b (_cluster_norm.W_EARLY: the timeline's other layer norm phase, b's
+    # L2 round trips; it spilled 84-96 bytes at 262144 without TC_STATS, 48 with; it forces rms's early loads at 65536
+    # too, so read layer norm's rows there) / on with W_GROUP_SMEM=8, at 16384 x 8192 / 4096 x 65536 / 1024 x 262144:
+    # kw bench (cluster beside split) on an H200; on an H100 the stand-in (48 SMs held as GPCs), where the statistics
+    # phase took 4.7 us a CTA for layer norm (run 99).
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py \
       tests/test_rms_norm_cluster.py -k tc_stats
     grep -E "passed|failed" "$LOG" | tail -1
     T="kernelwright.ops.layer_norm.cuda.TC_STATS kernelwright.ops.rms_norm.cuda.TC_STATS"
-    for on in False True False True; do
-      sets=""; for t in $T; do sets="$sets $t=$on"; done
+    C=kernelwright.ops._cluster_norm
+    i=0
+    for setting in False True True,$C.W_EARLY=True True,$C.W_GROUP_SMEM=8 \
+                   False True True,$C.W_EARLY=True True,$C.W_GROUP_SMEM=8; do
+      i=$((i + 1)); on=${setting%%,*}; sets=""; for t in $T; do sets="$sets $t=$on"; done
+      [ "$setting" != "$on" ] && sets="$sets ${setting#*,}"
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
         step 60 python3 benchmarks/experiments/switch_bench.py $sets -- bench layer_norm rms_norm --dtypes bf16 \
-          --sizes 16384x8192,4096x65536,1024x262144 --variant cluster --no-peers --max-seconds 0.3
+          --sizes 16384x8192,4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
       else
         args=""; for t in $sets; do args="$args --set $t"; done
         step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
-          --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "/tmp/sm_proxy_tc_$on.$RANDOM.json"
+          --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "/tmp/sm_proxy_tc_$i.json"
       fi
-      echo "   (TC_STATS=$on)" | tee -a "$LOG"
+      echo "   (TC_STATS=$setting)" | tee -a "$LOG"
     done
     tar -czf "$OUT/sm_proxy_tc.tgz" -C /tmp $(cd /tmp && ls sm_proxy_tc_*.json 2>/dev/null) 2>/dev/null
-    grep -E "│ (layer|rms)_norm |^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | cut -c1-100 | head -50
+    grep -E "│ (layer|rms)_norm |^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | cut -c1-100 | head -90
     ;;
   last25)
     # session 25's last call, cut to the device time left (~3 minutes with the start). On an H200: layer norm cluster
