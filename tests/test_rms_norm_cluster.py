@@ -256,7 +256,7 @@ def test_tc_stats_match_float64(cuda_dev, monkeypatch, dtype):
     assert torch.allclose(rstd[False], rstd[True], rtol=1e-5, atol=0), (rstd[False], rstd[True])
 
 
-@pytest.mark.parametrize("switch", [("W_GROUP_SMEM", 8), ("W_EARLY", True)])
+@pytest.mark.parametrize("switch", [("W_GROUP_SMEM", 8), ("W_EARLY", True), ("W_PREFETCH", 2)])
 def test_store_switches_compile_for_both_norm_rungs(monkeypatch, switch):
     # experiment switches of the shared store (_cluster_norm; session 15, not yet timed): they compile for sm_90 at
     # 64 registers with at most the spills their docstrings state, for both rungs
@@ -271,6 +271,63 @@ def test_store_switches_compile_for_both_norm_rungs(monkeypatch, switch):
         rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
         assert rep.registers <= 64 and rep.stack_bytes <= 64, (art["kernel"], rep.stack_bytes)
         assert not any(op.startswith("CALL") for op in rep.mix.opcodes)
+
+
+# --- W_PREFETCH (session 26, not yet run on a GPU): the store's w (and b) prefetched into L1 ahead of its loads ---
+def test_w_prefetch_prefetches_every_vector_once_without_spills(monkeypatch):
+    """With W_PREFETCH = 2, each of a thread's per-column vectors has one L1 prefetch (sm_90 CCTL.E.PF1): the first
+    2 accesses' right after the chunk's loads, the register accesses' in the unrolled store loop, one group's in the
+    shared-memory loop's body (its static count); at 64 registers with no spills for either rung's wide 16-bit rows
+    (rms_norm at 8192 columns spills 12 bytes). Off (the default), no define is added and no prefetch compiled."""
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+    from kernelwright.ops import _cluster_norm as cn
+    from kernelwright.ops.layer_norm import cuda as lc
+
+    def prefetches(art):
+        rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
+        return rep, rep.mix.opcodes.get("CCTL.E.PF1", 0)
+
+    cases = [(rc.artifact, 1, n, dt) for n, dt in ((8192, torch.bfloat16), (65536, torch.bfloat16),
+                                                    (262144, torch.float16))]
+    cases += [(lc.artifact, 2, n, dt) for n, dt in ((8192, torch.float16), (40000, torch.bfloat16),
+                                                     (65536, torch.bfloat16), (262144, torch.bfloat16))]
+    for artifact, n_per_col, n, dtype in cases:
+        assert prefetches(artifact(n, dtype, True))[1] == 0
+        monkeypatch.setattr(cn, "W_PREFETCH", 2)
+        art = artifact(n, dtype, True)
+        rep, count = prefetches(art)
+        cfg = art["config"]
+        assert "WPF=2" in cn.options(cfg, dtype, ()).defines
+        group_smem = max(cn.W_GROUP // n_per_col, 1)  # the shared-memory loop's body: one group, not unrolled
+        expect = n_per_col * (2 + cfg.nv + group_smem) if cfg.snv else n_per_col * cfg.nv
+        assert count == expect, (art["kernel"], n, count, expect)
+        # (rms_norm: 16 bytes at 262144, EARLY_W's, as without; at 8192, 12 bytes of spills where there were none)
+        assert rep.registers <= 64 and rep.stack_bytes <= (16 if n_per_col == 1 and n in (8192, 262144) else 0), (
+            art["kernel"], n, rep.stack_bytes)
+        monkeypatch.setattr(cn, "W_PREFETCH", 0)
+
+
+@pytest.mark.parametrize("n", [40000, 65536, 262144])
+def test_w_prefetch_leaves_both_rungs_outputs_unchanged(cuda_dev, monkeypatch, n):
+    """A prefetch is a hint: with W_PREFETCH on, both rungs' outputs are bit for bit the default's (rms_norm's also
+    against float64), at a width whose last CTA ends inside its chunk (40000) and at clusters of 1 and 4."""
+    from kernelwright.ops import _cluster_norm as cn
+    from kernelwright.ops.layer_norm import cuda as lc
+
+    x = torch.randn(2, n).mul_(2).add_(0.5).to(torch.bfloat16).to(cuda_dev)
+    w, b = (torch.randn(n).to(torch.bfloat16).to(cuda_dev) for _ in range(2))
+    outs = {}
+    for pf in (0, 2):
+        monkeypatch.setattr(cn, "W_PREFETCH", pf)
+        if pf:
+            _check(x, w)
+        y_rms, y_ln = (torch.full_like(x, float("nan")) for _ in range(2))
+        rc.rms_norm_cluster(x, w, 1e-6, False, out=y_rms)
+        lc.layer_norm_cluster(x, w, b, 1e-5, out=y_ln)
+        outs[pf] = (y_rms, y_ln)
+    for a, c in zip(outs[0], outs[2], strict=True):
+        assert not a.isnan().any() and torch.equal(a, c)
 
 
 # --- the PAIR_ROWS switch (session 19, not yet run on a GPU): two rows a cluster, w read once for both ----------

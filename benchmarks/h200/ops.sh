@@ -79,6 +79,9 @@
 #                                                                # on the tensor cores (TC_STATS): GPU tests, off /
 #                                                                # on / on with W_EARLY / on with W_GROUP_SMEM=8,
 #                                                                # twice (the stand-in on an H100), ~3 minutes
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next26       # session 26: the next call on either card (H200:
+#                                                                # last25's rows first), TC_STATS and W_PREFETCH
+#                                                                # (GPU tests, off / on, twice); ~7 min
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -128,6 +131,43 @@ standing_rows() { local i
     --sizes "16384x1024,65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144" --max-seconds 0.3
   step 150 python3 -m kernelwright.cli bench rms_norm layer_norm add_rms_norm swiglu --dtypes bf16 \
     --sizes "65536x1024,16384x4096,16384x8192,16384x16384,4096x65536,1024x262144" --max-seconds 0.3; }
+# the norm cluster rungs with library switches, each setting (SPACE-separated module.NAME=VALUE, "-" for the
+# defaults) in its own process, in the order given (list them twice to alternate): kw bench of cluster beside split
+# at 16384 x 8192 / 4096 x 65536 / 1024 x 262144 on an H200; on an H100 sm_proxy.py's H200 stand-in (48 SMs held as
+# whole GPCs) at the two wide sizes, each case's JSON in /tmp/sm_proxy_$1_<i>.json, tarred into $OUT/sm_proxy_$1.tgz
+cluster_switch_rows() { local tag=$1 i=0 setting sets t args; shift
+  for setting in "$@"; do
+    i=$((i + 1)); sets=$setting; [ "$setting" = - ] && sets=""
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      step 60 python3 benchmarks/experiments/switch_bench.py $sets -- bench layer_norm rms_norm --dtypes bf16 \
+        --sizes 16384x8192,4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
+    else
+      args=""; for t in $sets; do args="$args --set $t"; done
+      step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
+        --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "/tmp/sm_proxy_${tag}_$i.json"
+    fi
+    t=${sets//kernelwright.ops./}; echo "   (${t:-defaults})" | tee -a "$LOG"
+  done
+  tar -czf "$OUT/sm_proxy_$tag.tgz" -C /tmp $(cd /tmp && ls sm_proxy_${tag}_*.json 2>/dev/null) 2>/dev/null; }
+# the rows an H200 session should take first since session 25 (about 4 minutes): the GPU tests of session 25's
+# defaults (rms's early w loads at 262144, variant=None's rms cluster to 262144 in bf16), layer norm cluster vs split
+# and rms at the wide rows twice, the backward's cluster rung at the wide rows (SPARE_WEIGHT 0.35: does 262144 pass
+# 3.0?), the stand-in on the H200 itself (16 SMs held) and the CTAs' timelines
+h200_wide_rows() { local i
+  step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py tests/test_norms.py \
+    -k "public_ops_through or 262144 or zero_rows or early"
+  grep -E "passed|failed" "$LOG" | tail -1
+  for i in 1 2; do
+    step 60 python3 -m kernelwright.cli bench layer_norm rms_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
+      --variant cluster --variant split --no-peers --max-seconds 0.3
+    echo "   (wide rows, run $i)" | tee -a "$LOG"
+  done
+  step 90 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
+    --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
+  step 60 python3 benchmarks/experiments/sm_proxy.py --cluster 16 --blocked 0,16 --sizes 4096x65536,1024x262144 \
+    --json "$OUT/sm_proxy_h200.json"
+  step 60 python3 benchmarks/experiments/norm_timeline.py --no-stagger
+  cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null; }
 python3 -m kernelwright.cli roofline >> "$LOG" 2>&1
 case "${1:-fwd}" in
   cluster)
@@ -600,25 +640,31 @@ PY
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py \
       tests/test_rms_norm_cluster.py -k tc_stats
     grep -E "passed|failed" "$LOG" | tail -1
-    T="kernelwright.ops.layer_norm.cuda.TC_STATS kernelwright.ops.rms_norm.cuda.TC_STATS"
-    C=kernelwright.ops._cluster_norm
-    i=0
-    for setting in False True True,$C.W_EARLY=True True,$C.W_GROUP_SMEM=8 \
-                   False True True,$C.W_EARLY=True True,$C.W_GROUP_SMEM=8; do
-      i=$((i + 1)); on=${setting%%,*}; sets=""; for t in $T; do sets="$sets $t=$on"; done
-      [ "$setting" != "$on" ] && sets="$sets ${setting#*,}"
-      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        step 60 python3 benchmarks/experiments/switch_bench.py $sets -- bench layer_norm rms_norm --dtypes bf16 \
-          --sizes 16384x8192,4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
-      else
-        args=""; for t in $sets; do args="$args --set $t"; done
-        step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
-          --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "/tmp/sm_proxy_tc_$i.json"
-      fi
-      echo "   (TC_STATS=$setting)" | tee -a "$LOG"
-    done
-    tar -czf "$OUT/sm_proxy_tc.tgz" -C /tmp $(cd /tmp && ls sm_proxy_tc_*.json 2>/dev/null) 2>/dev/null
+    L=kernelwright.ops.layer_norm.cuda.TC_STATS R=kernelwright.ops.rms_norm.cuda.TC_STATS C=kernelwright.ops._cluster_norm
+    off="$L=False $R=False" on="$L=True $R=True"
+    cluster_switch_rows tc "$off" "$on" "$on $C.W_EARLY=True" "$on $C.W_GROUP_SMEM=8" \
+                           "$off" "$on" "$on $C.W_EARLY=True" "$on $C.W_GROUP_SMEM=8"
     grep -E "│ (layer|rms)_norm |^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | cut -c1-100 | head -90
+    ;;
+  next26)
+    # the next session's first call, on whichever card comes (~7 minutes on an H200). On an H200: h200_wide_rows
+    # (session 25's defaults: GPU tests, the wide rows twice, the backward, the stand-in, timelines). On either card:
+    # the GPU tests of session 25-26's switches (TC_STATS; W_PREFETCH, the store's w and b prefetched into L1 ahead
+    # of their loads), then each setting in its own process, alternating, twice: defaults / TC_STATS /
+    # W_PREFETCH=2 / both (kw bench on an H200; on an H100 the stand-in, with W_PREFETCH=4 too).
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then h200_wide_rows; fi
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py \
+      tests/test_rms_norm_cluster.py -k "tc_stats or prefetch"
+    grep -E "passed|failed" "$LOG" | tail -1
+    T="kernelwright.ops.layer_norm.cuda.TC_STATS=True kernelwright.ops.rms_norm.cuda.TC_STATS=True"
+    P=kernelwright.ops._cluster_norm.W_PREFETCH
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      cluster_switch_rows next - "$T" "$P=2" "$T $P=2" - "$T" "$P=2" "$T $P=2"
+    else
+      cluster_switch_rows next - "$T" "$P=2" "$P=4" "$T $P=2" - "$T" "$P=2" "$P=4" "$T $P=2"
+    fi
+    grep -E "│ (layer|rms)_norm(_bwd)? .*(65536|262144)|^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" \
+      "$LOG" | cut -c1-100 | tail -90
     ;;
   last25)
     # session 25's last call, cut to the device time left (~3 minutes with the start). On an H200: layer norm cluster
@@ -627,21 +673,7 @@ PY
     # the CTAs' timelines. On an H100: the store switches W_GROUP_SMEM=8 (run 99: +3-4% under the stand-in, one
     # process) and W_EARLY against the defaults, alternating, twice, under the stand-in (48 SMs held as GPCs).
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      # (since cda9452: rms's early w loads at 262144 and variant=None's rms cluster to 262144 in bf16; their GPU tests)
-      step 120 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py tests/test_norms.py \
-        -k "public_ops_through or 262144 or zero_rows or early"
-      grep -E "passed|failed" "$LOG" | tail -1
-      for i in 1 2; do
-        step 60 python3 -m kernelwright.cli bench layer_norm rms_norm --dtypes bf16 --sizes 4096x65536,1024x262144 \
-          --variant cluster --variant split --no-peers --max-seconds 0.3
-        echo "   (wide rows, run $i)" | tee -a "$LOG"
-      done
-      step 90 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd --dtypes bf16 \
-        --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
-      step 60 python3 benchmarks/experiments/sm_proxy.py --cluster 16 --blocked 0,16 --sizes 4096x65536,1024x262144 \
-        --json "$OUT/sm_proxy_h200.json"
-      step 60 python3 benchmarks/experiments/norm_timeline.py --no-stagger
-      cp /tmp/norm_timeline.json "$OUT/" 2>/dev/null
+      h200_wide_rows
       grep -E "│ (layer|rms|add_rms)_norm(_bwd)? .*(65536|262144)|^   \(" "$LOG" | cut -c1-100 | head -40
     else
       K=kernelwright.ops._cluster_norm

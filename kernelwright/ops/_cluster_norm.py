@@ -37,6 +37,15 @@ registers, whose registers are free by then); None: :data:`W_GROUP`. For layer_n
 (sm_90), 8 (w and b of 4 accesses: 6 round trips a store phase instead of 8) compiles without spills, 16 spills 136
 bytes; rms_norm spills 48 bytes at 8 or 16 (it has 8 bytes at the default). Not timed yet (`ops.sh lnwide`)."""
 
+W_PREFETCH = 0
+"""Experiment switch (session 26, compiled and emulated only: not yet run on a GPU): the store's per-column vectors
+(w; w and b) prefetched into L1 this many accesses ahead of their loads (rows.cuh ``prefetch_accesses``; the first
+ones right after the chunk's loads), where today each group of W_GROUP vectors waits for its own L2 round trip:
+layer norm's store takes 8 such waits a CTA at 65536 columns, rms_norm's 4, and under sm_proxy.py's H200 stand-in
+layer norm's store phase ran 1.5 us longer than rms_norm's (H100 run 99). No registers held (against W_EARLY's
+spills); L1 is what is left beside the shared-memory vectors (~124 KB an SM at 65536 columns, two CTAs), so a
+distance of one group (2 accesses for layer norm: 32 KB a CTA; 4 for rms_norm) or two. 0: off (no define)."""
+
 
 def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
     d = size[-1] if size else 1
@@ -53,6 +62,8 @@ def options(cfg: sc.ClusterConfig, dtype: torch.dtype, extra: tuple[str, ...],
     keep = [d for d in sc.options(cfg, dtype).defines if d.split("=")[0] in _SHAPE_DEFINES]
     wgs = W_GROUP if W_GROUP_SMEM is None else W_GROUP_SMEM
     store = (f"WG={W_GROUP}", f"WGS={wgs}", f"WEARLY={int(early if W_EARLY is None else W_EARLY)}")
+    if W_PREFETCH:  # (defined only when on: the default kernels keep their options)
+        store += (f"WPF={int(W_PREFETCH)}",)
     return nvrtc.CompileOptions(defines=(*keep, *store, *extra))
 
 

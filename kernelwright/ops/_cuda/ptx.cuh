@@ -81,6 +81,9 @@ __device__ __forceinline__ uint4 load_evict_first(const uint4* p) {
     return q;
 }
 
+// a hint: the 128-byte line at p brought into L1 (no register written, nothing waited for; sm_90 SASS CCTL.E.PF1)
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 // --- cp.async: global -> shared copies in flight until the issuing thread waits for their group -----------------
 // 16 bytes, L2 only. A macro, not a function: through a call, NVVM placed the copies of the rows kernels' unrolled
 // loads differently (their sm_90 SASS changed, session 20); written out in place, the code is what was measured.
@@ -168,6 +171,8 @@ inline void cluster_wait() { kw_emu::cluster_wait(); }
 inline float2 load_remote(const float2* local, unsigned rank) { return kw_emu::load_remote(local, rank); }
 inline float4 load_remote4(const float4* local, unsigned rank) { return kw_emu::load_remote(local, rank); }
 inline uint4 load_evict_first(const uint4* p) { return *p; }
+// (the prefetch as a one-byte read: a kernel that prefetches where it may not load touches memory as a load would)
+inline void prefetch_l1(const void* p) { (void)*static_cast<const volatile unsigned char*>(p); }
 inline void cp_async16(void* dst, const void* src) { kw_emu::cp_async(dst, src, 16, 16); }
 inline void cp_async16_or_zero(float* dst, const float* src, bool ok) { kw_emu::cp_async(dst, src, 16, ok ? 16 : 0); }
 inline void cp_async4_or_zero(float* dst, const float* src, bool ok) { kw_emu::cp_async(dst, src, 4, ok ? 4 : 0); }

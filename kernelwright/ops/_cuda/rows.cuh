@@ -434,6 +434,10 @@ __device__ __forceinline__ float half_sum(float v) { return lanes_sum<8>(v); }
 #ifndef WEARLY
 #define WEARLY 0  // the first store group's per-column vectors loaded before the statistics (see first_group)
 #endif
+#ifndef WPF
+#define WPF 0  // accesses whose per-column vectors are prefetched into L1 ahead of their loads (see prefetch_accesses)
+#endif
+static_assert(WPF >= 0, "WPF: a distance in accesses, 0 (off) or more");
 #if VECTOR
 // 4. y's vector at access j = out(the held x vector, its NP per-column vectors); the per-column vectors of G =
 //    WG / NP accesses are loaded before their stores, so their L2 round trips overlap (loaded one at a time, every
@@ -462,6 +466,24 @@ __device__ __forceinline__ FirstGroup<NP> first_group(const uint4* const (&p)[NP
     return f;
 }
 
+// WPF: the per-column vectors of accesses [from, to) (0 .. NV + SNV - 1 in the store's order, those past the chunk
+// or the row left out) prefetched into L1, holding no register: the kernel prefetches [0, WPF) right after the
+// chunk's loads (their L2 round trips behind the statistics, as WEARLY's but without its registers), store_chunk
+// each group's accesses WPF ahead as the group before them is loaded, so that a group's loads find their lines in
+// L1 instead of waiting on L2. Layer norm's store waits for 8 groups' round trips against rms_norm's 4 (w and b), 1.5
+// us of a CTA's life under the H200's bandwidth (H100 run 99).
+template <int NP>
+__device__ __forceinline__ void prefetch_accesses(const uint4* const (&p)[NP], int base, int n_cols, int from, int to) {
+#pragma unroll
+    for (int a = from; a < to; ++a) {
+        const int col = base + (a * THREADS + (int)threadIdx.x) * VEC;
+        if (a < NV + SNV && col < n_cols) {
+#pragma unroll
+            for (int v = 0; v < NP; ++v) prefetch_l1(p[v] + col / VEC);
+        }
+    }
+}
+
 template <int NP, typename F>
 __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint4* yr, const uint4* const (&p)[NP],
                                             int base, int n_cols, const FirstGroup<NP>& first, F out) {
@@ -470,6 +492,7 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
     for (int g = 0; g < NV; g += G) {
+        if (WPF) prefetch_accesses(p, base, n_cols, g + WPF, (g + G < NV ? g + G : NV) + WPF);
         uint4 q[G][NP];
 #pragma unroll
         for (int j = g; j < g + G && j < NV; ++j) {
@@ -489,6 +512,7 @@ __device__ __forceinline__ void store_chunk(const unsigned (&w)[NV][WORDS], uint
     constexpr int GS = WGS / NP > 0 ? WGS / NP : 1;
 #pragma unroll 1
     for (int g = 0; g < SNV; g += GS) {
+        if (WPF) prefetch_accesses(p, base, n_cols, NV + g + WPF, NV + (g + GS < SNV ? g + GS : SNV) + WPF);
         uint4 q[GS][NP];
 #pragma unroll
         for (int j = 0; j < GS; ++j) {

@@ -492,6 +492,7 @@ layer_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, con
 #if VECTOR
     const uint4* const wb[2] = {static_cast<const uint4*>(w_), static_cast<const uint4*>(b_)};
     const FirstGroup<2> first = WEARLY ? first_group(wb, base, n_cols) : FirstGroup<2>{};  // (rows.cuh)
+    if (WPF) prefetch_accesses(wb, base, n_cols, 0, WPF);  // (rows.cuh)
 #endif
     const float2 ms = row_stats(&part, block_stats(w, base, n_cols, red_a, red_s, red_m, red_t), inv_n, eps);  // 2-3.
     TIMELINE_MARK(2);

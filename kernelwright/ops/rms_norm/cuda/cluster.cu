@@ -356,6 +356,7 @@ rms_norm_cluster(const void* __restrict__ x_, const void* __restrict__ w_, void*
 #if VECTOR
     const uint4* const wr[1] = {static_cast<const uint4*>(w_)};
     const FirstGroup<1> first = WEARLY ? first_group(wr, base, n_cols) : FirstGroup<1>{};  // (rows.cuh)
+    if (WPF) prefetch_accesses(wr, base, n_cols, 0, WPF);  // (rows.cuh)
 #endif
     // 2-3.
     const float rstd = row_rstd(&part, block_stats(w, red_a, red_s, x_, row, x_stride, base, n_cols), inv_n, eps);
