@@ -651,8 +651,8 @@ PY
     # (session 25's defaults: GPU tests, the wide rows twice, the backward, the stand-in, timelines). On either card:
     # the GPU tests of session 25-26's switches (TC_STATS; W_PREFETCH, the store's w and b prefetched into L1 ahead
     # of their loads), then each setting in its own process, alternating, twice: defaults / TC_STATS /
-    # W_PREFETCH=2 / both / W_PREFETCH=2 with HINTS (kw bench on an H200; on an H100 the stand-in, with
-    # W_PREFETCH=4 and HINTS alone too).
+    # W_PREFETCH=2 / 4 / TC_STATS with W_PREFETCH=2 / W_PREFETCH=2 with HINTS (kw bench on an H200; on an H100 the
+    # stand-in, with HINTS alone too).
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then h200_wide_rows; fi
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py \
       tests/test_rms_norm_cluster.py -k "tc_stats or prefetch"
@@ -661,7 +661,7 @@ PY
     P=kernelwright.ops._cluster_norm.W_PREFETCH
     H=kernelwright.ops.softmax.cuda.HINTS=True  # (x's register loads not kept in L1, which the prefetches need)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      cluster_switch_rows next - "$T" "$P=2" "$T $P=2" "$P=2 $H" - "$T" "$P=2" "$T $P=2" "$P=2 $H"
+      cluster_switch_rows next - "$T" "$P=2" "$P=4" "$T $P=2" "$P=2 $H" - "$T" "$P=2" "$P=4" "$T $P=2" "$P=2 $H"
     else
       cluster_switch_rows next - "$T" "$P=2" "$P=4" "$H" "$P=2 $H" "$T $P=2" - "$T" "$P=2" "$P=4" "$H" "$P=2 $H" "$T $P=2"
     fi
