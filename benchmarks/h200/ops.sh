@@ -652,7 +652,8 @@ PY
     # the GPU tests of session 25-26's switches (TC_STATS; W_PREFETCH, the store's w and b prefetched into L1 ahead
     # of their loads), then each setting in its own process, alternating, twice: defaults / TC_STATS /
     # W_PREFETCH=2 / 4 / TC_STATS with W_PREFETCH=2 / W_PREFETCH=2 with HINTS (kw bench on an H200; on an H100 the
-    # stand-in, with HINTS alone too).
+    # stand-in, with HINTS alone too); on an H200 last, rms 16384 x 8192 fused with FUSED_RELOAD (session 23's
+    # reading of torch.compile's kernel) beside torch.compile, off / on twice.
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then h200_wide_rows; fi
     step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_layer_norm_cluster.py \
       tests/test_rms_norm_cluster.py -k "tc_stats or prefetch"
@@ -662,6 +663,15 @@ PY
     H=kernelwright.ops.softmax.cuda.HINTS=True  # (x's register loads not kept in L1, which the prefetches need)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       cluster_switch_rows next - "$T" "$P=2" "$P=4" "$T $P=2" "$P=2 $H" - "$T" "$P=2" "$P=4" "$T $P=2" "$P=2 $H"
+      # torch.compile's lead at rms 16384 x 8192 (4.17 against 4.02, run 86): the fused rung reading x again from L2
+      # as Inductor's kernel does (FUSED_RELOAD + FUSED_SUM_FIRST; level with it on the H100, run 91), beside it
+      F=kernelwright.ops.rms_norm.triton
+      for sw in "$F.FUSED_RELOAD=False" "$F.FUSED_RELOAD=True $F.FUSED_SUM_FIRST=True" \
+                "$F.FUSED_RELOAD=False" "$F.FUSED_RELOAD=True $F.FUSED_SUM_FIRST=True"; do
+        step 90 python3 benchmarks/experiments/switch_bench.py $sw -- bench rms_norm --dtypes bf16 --sizes 16384x8192 \
+          --variant fused --variant cluster --variant torch.compile --max-seconds 0.3
+        sw=${sw//kernelwright.ops./}; echo "   ($sw)" | tee -a "$LOG"
+      done
     else
       cluster_switch_rows next - "$T" "$P=2" "$P=4" "$H" "$P=2 $H" "$T $P=2" - "$T" "$P=2" "$P=4" "$H" "$P=2 $H" "$T $P=2"
     fi
