@@ -176,6 +176,30 @@ def test_cp_async_lands_when_its_group_is_waited_for():
     assert torch.equal(o[:, 3], want)
 
 
+# L1 prefetches: each thread prefetches its element, then loads it (LOAD=1), loads another one (LOAD=2: the element
+# past its own), or loads first and prefetches after (LOAD=3)
+PREFETCH = r"""
+extern "C" __global__ void fetch(const float* x, float* out) {
+    const int i = threadIdx.x;
+    if (LOAD == 3) out[i] = __ldg(x + i);
+    prefetch_l1(x + i);
+    if (LOAD == 1) out[i] = __ldg(x + i);
+    if (LOAD == 2) out[i] = __ldg(x + i + 1);
+}
+"""
+
+
+def test_a_prefetch_must_be_followed_by_its_threads_load_of_that_address():
+    x = torch.randn(33)
+    with cuda_on_cpu():
+        out = torch.full((32,), float("nan"))
+        kernel(PREFETCH, "fetch", LOAD=1).launch((1,), (32,), (x, out))
+        assert torch.equal(out, x[:32])
+        for load in (2, 3):  # the wrong address; an address already loaded
+            with pytest.raises(EmulatorError, match=r"1 prefetch_l1 address\(es\) never loaded afterwards"):
+                kernel(PREFETCH, "fetch", LOAD=load).launch((1,), (32,), (x, out))
+
+
 def test_number_formats_round_to_nearest_even():
     k = kernel(CONVERT, "convert")
     g = torch.Generator().manual_seed(1)

@@ -78,8 +78,14 @@ inline float __int_as_float(int i) { return kw_bits<float>(i); }
 inline float __uint_as_float(unsigned i) { return kw_bits<float>(i); }
 inline int __float_as_int(float f) { return kw_bits<int>(f); }
 inline unsigned __float_as_uint(float f) { return kw_bits<unsigned>(f); }
+namespace kw_emu {
+inline void loaded(const void* p);  // (the machine, below: a prefetch this load answers)
+}
 template <class T>
-inline T __ldg(const T* p) { return *p; }
+inline T __ldg(const T* p) {
+    kw_emu::loaded(p);
+    return *p;
+}
 template <class T>
 inline void __stcs(T* p, T v) { *p = v; }
 // every fiber runs on one OS thread: atomics are plain read-modify-writes, fences order nothing more
@@ -219,6 +225,7 @@ struct Fiber {
     bool spun = false;  // yielded from a spin-wait: not progress
     std::vector<Copy> open;                  // cp.async copies not yet committed
     std::vector<std::vector<Copy>> groups;   // committed groups, oldest first
+    std::vector<const void*> prefetched;     // prefetch_l1 addresses this thread has not loaded (__ldg) since
 };
 struct Warp {
     unsigned long long buf[2][32];
@@ -368,9 +375,33 @@ inline void cp_async_wait(int pending) {
     f.groups.erase(f.groups.begin(), f.groups.begin() + land);
 }
 
+// --- L1 prefetches (ptx.cuh prefetch_l1): a hint with no effect on values, so the emulator checks what a prefetch
+// is for instead: each must be followed by the same thread's __ldg of that very address (a prefetch of the wrong
+// address, or of one already loaded, is an error at the thread's exit). The prefetch reads its byte, as a load would.
+inline void prefetch(const void* p) {
+    (void)*static_cast<const volatile unsigned char*>(p);
+    g->cur->prefetched.push_back(p);
+}
+inline void loaded(const void* p) {
+    if (!g || !g->cur) return;
+    std::vector<const void*>& v = g->cur->prefetched;
+    for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] == p) {
+            v[i] = v.back();
+            v.pop_back();
+            return;
+        }
+}
+
 // --- the scheduler ----------------------------------------------------------------------------------------------
 inline void fiber_main() {
     g->body();
+    if (!g->cur->prefetched.empty()) {
+        char what[160];
+        std::snprintf(what, sizeof what, "%zu prefetch_l1 address(es) never loaded afterwards by the thread (first %p)",
+                      g->cur->prefetched.size(), g->cur->prefetched.front());
+        fail(what);
+    }
     g->cur->state = DONE;
     context_switch(g->cur->ctx, g->sched);  // never resumed
     __builtin_unreachable();

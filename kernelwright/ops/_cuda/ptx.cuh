@@ -171,8 +171,7 @@ inline void cluster_wait() { kw_emu::cluster_wait(); }
 inline float2 load_remote(const float2* local, unsigned rank) { return kw_emu::load_remote(local, rank); }
 inline float4 load_remote4(const float4* local, unsigned rank) { return kw_emu::load_remote(local, rank); }
 inline uint4 load_evict_first(const uint4* p) { return *p; }
-// (the prefetch as a one-byte read: a kernel that prefetches where it may not load touches memory as a load would)
-inline void prefetch_l1(const void* p) { (void)*static_cast<const volatile unsigned char*>(p); }
+inline void prefetch_l1(const void* p) { kw_emu::prefetch(p); }  // (checked against the thread's later loads)
 inline void cp_async16(void* dst, const void* src) { kw_emu::cp_async(dst, src, 16, 16); }
 inline void cp_async16_or_zero(float* dst, const float* src, bool ok) { kw_emu::cp_async(dst, src, 16, ok ? 16 : 0); }
 inline void cp_async4_or_zero(float* dst, const float* src, bool ok) { kw_emu::cp_async(dst, src, 4, ok ? 4 : 0); }

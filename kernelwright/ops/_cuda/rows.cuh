@@ -474,10 +474,11 @@ __device__ __forceinline__ FirstGroup<NP> first_group(const uint4* const (&p)[NP
 // us of a CTA's life under the H200's bandwidth (H100 run 99).
 template <int NP>
 __device__ __forceinline__ void prefetch_accesses(const uint4* const (&p)[NP], int base, int n_cols, int from, int to) {
+    constexpr int LOADED = WEARLY ? (WG / NP > 0 ? WG / NP : 1) : 0;  // WEARLY's first group: loaded, not prefetched
 #pragma unroll
     for (int a = from; a < to; ++a) {
         const int col = base + (a * THREADS + (int)threadIdx.x) * VEC;
-        if (a < NV + SNV && col < n_cols) {
+        if (a >= LOADED && a < NV + SNV && col < n_cols) {
 #pragma unroll
             for (int v = 0; v < NP; ++v) prefetch_l1(p[v] + col / VEC);
         }
