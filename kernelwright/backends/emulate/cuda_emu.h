@@ -13,6 +13,7 @@
 //   - distributed shared memory (load_remote): the partner CTA's copy, and an error if that CTA has exited;
 //   - cp.async: a copy lands when its thread waits for its group (cp.async.wait_group), not before, so a read
 //     that skips the wait sees the poison, not the data;
+//   - an L1 prefetch (prefetch_l1) that its thread does not follow with an __ldg of that very address is an error;
 //   - a spin on a flag that nothing can set any more (every thread spinning, waiting or exited) is an error, as is
 //     a spin in a launch that is not cooperative once the other CTAs it may wait for cannot run;
 //   - errors (deadlock, a bad remote rank or address, a cluster wait without an arrive) stop the launch and come
