@@ -278,8 +278,8 @@ def test_w_prefetch_prefetches_every_vector_once_without_spills(monkeypatch):
     """With W_PREFETCH = 2, each of a thread's per-column vectors has one L1 prefetch (sm_90 CCTL.E.PF1): the first
     2 accesses' right after the chunk's loads, the register accesses' in the unrolled store loop, one group's in the
     shared-memory loop's body (its static count), none for a first group loaded early (rms_norm's EARLY_W at 262144);
-    at 64 registers with no spills for either rung's wide 16-bit rows
-    (rms_norm at 8192 columns spills 12 bytes). Off (the default), no define is added and no prefetch compiled."""
+    at 64 registers with no spills for either rung's wide 16-bit rows (rms_norm at 8192 columns spills 12 bytes).
+    Off (the default), no define is added and no prefetch compiled."""
     pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
     from kernelwright.harness import inspect as ki
     from kernelwright.ops import _cluster_norm as cn
@@ -294,7 +294,9 @@ def test_w_prefetch_prefetches_every_vector_once_without_spills(monkeypatch):
     cases += [(lc.artifact, 2, n, dt) for n, dt in ((8192, torch.float16), (40000, torch.bfloat16),
                                                      (65536, torch.bfloat16), (262144, torch.bfloat16))]
     for artifact, n_per_col, n, dtype in cases:
-        assert prefetches(artifact(n, dtype, True))[1] == 0
+        plain = artifact(n, dtype, True)
+        assert prefetches(plain)[1] == 0
+        assert not any(d.startswith("WPF=") for d in cn.options(plain["config"], dtype, ()).defines)
         monkeypatch.setattr(cn, "W_PREFETCH", 2)
         art = artifact(n, dtype, True)
         rep, count = prefetches(art)

@@ -44,7 +44,8 @@ ones right after the chunk's loads), where today each group of W_GROUP vectors w
 layer norm's store takes 8 such waits a CTA at 65536 columns, rms_norm's 4, and under sm_proxy.py's H200 stand-in
 layer norm's store phase ran 1.5 us longer than rms_norm's (H100 run 99). No registers held (against W_EARLY's
 spills); L1 is what is left beside the shared-memory vectors (~124 KB an SM at 65536 columns, two CTAs), so a
-distance of one group (2 accesses for layer norm: 32 KB a CTA; 4 for rms_norm) or two. 0: off (no define)."""
+distance of one group or two (layer norm: 2 accesses, 32 KB a CTA, no spills at 65536 / 262144; rms_norm's group
+is 4, which spills 36 bytes at 65536, where 2 has none). 0: off (no define)."""
 
 
 def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
