@@ -336,6 +336,65 @@ def test_w_prefetch_leaves_both_rungs_outputs_unchanged(cuda_dev, monkeypatch, n
         assert not a.isnan().any() and torch.equal(a, c)
 
 
+# --- HINT_LOADS / HINT_STORES (session 27): softmax's HINTS apart, for the norm cluster rungs -----------------------
+@pytest.mark.parametrize("loads,stores", [(1, None), (2, None), (None, True)])
+def test_hint_switches_change_only_their_own_accesses(monkeypatch, loads, stores):
+    """HINT_LOADS turns exactly x's register loads (NV a thread: not the shared-memory copies, not w or b) into
+    L1::no_allocate loads (sm_90 LDG.E.NA); HINT_STORES turns every store of y into a streaming one (STG.E.EF); at 64
+    registers with no spills past the defaults'. Unset (the default), neither define is added."""
+    pytest.importorskip("cuda.core", reason="cuda-core (NVRTC) not installed")
+    from kernelwright.harness import inspect as ki
+    from kernelwright.ops import _cluster_norm as cn
+    from kernelwright.ops.layer_norm import cuda as lc
+
+    def mix(art):
+        rep = ki.analyze(ki.Artifact(art["kernel"], art["cubin"], art["threads_per_block"]))
+        return rep, rep.mix.opcodes
+
+    for artifact, n, dtype in ((rc.artifact, 65536, torch.bfloat16), (rc.artifact, 262144, torch.bfloat16),
+                               (lc.artifact, 65536, torch.bfloat16), (lc.artifact, 262144, torch.float16)):
+        plain = artifact(n, dtype, True)
+        base, base_ops = mix(plain)
+        assert not any(d.startswith("HINT_") for d in cn.options(plain["config"], dtype, ()).defines)
+        monkeypatch.setattr(cn, "HINT_LOADS", loads)
+        monkeypatch.setattr(cn, "HINT_STORES", stores)
+        rep, ops = mix(artifact(n, dtype, True))
+        stg = sum(v for k, v in base_ops.items() if k.startswith("STG"))
+        if loads:
+            nv = plain["config"].nv
+            assert ops.get("LDG.E.NA.128.CONSTANT", 0) == nv, (plain["kernel"], n, ops)
+            assert ops.get("LDG.E.128.CONSTANT", 0) == base_ops["LDG.E.128.CONSTANT"] - nv
+        else:
+            assert ops.get("STG.E.EF.128", 0) == stg and "STG.E.128" not in ops, (plain["kernel"], n, ops)
+        assert rep.registers <= 64 and rep.stack_bytes <= base.stack_bytes, (plain["kernel"], n, rep.stack_bytes)
+        monkeypatch.setattr(cn, "HINT_LOADS", None)
+        monkeypatch.setattr(cn, "HINT_STORES", None)
+
+
+@pytest.mark.parametrize("n", [40000, 262144])
+def test_hint_switches_leave_both_rungs_outputs_unchanged(cuda_dev, monkeypatch, n):
+    """Cache hints change no value: with HINT_LOADS 1 / 2 and HINT_STORES, both rungs' outputs are bit for bit the
+    defaults' (rms_norm's also against float64)."""
+    from kernelwright.ops import _cluster_norm as cn
+    from kernelwright.ops.layer_norm import cuda as lc
+
+    x = torch.randn(2, n).mul_(2).add_(0.5).to(torch.bfloat16).to(cuda_dev)
+    w, b = (torch.randn(n).to(torch.bfloat16).to(cuda_dev) for _ in range(2))
+    outs = []
+    for loads, stores in ((None, None), (1, True), (2, None)):
+        monkeypatch.setattr(cn, "HINT_LOADS", loads)
+        monkeypatch.setattr(cn, "HINT_STORES", stores)
+        if loads:
+            _check(x, w)
+        y_rms, y_ln = (torch.full_like(x, float("nan")) for _ in range(2))
+        rc.rms_norm_cluster(x, w, 1e-6, False, out=y_rms)
+        lc.layer_norm_cluster(x, w, b, 1e-5, out=y_ln)
+        outs.append((y_rms, y_ln))
+    for other in outs[1:]:
+        for a, c in zip(outs[0], other, strict=True):
+            assert not a.isnan().any() and torch.equal(a, c)
+
+
 # --- the PAIR_ROWS switch (session 19, not yet run on a GPU): two rows a cluster, w read once for both ----------
 @pytest.mark.parametrize("n", [40000, 65536, 131072, 262144])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])

@@ -82,6 +82,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next26       # session 26: the next call on either card (H200:
 #                                                                # last25's rows first), TC_STATS and W_PREFETCH
 #                                                                # (GPU tests, off / on, twice); ~7 min
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next27       # session 27: next26 with HINTS split into loads /
+#                                                                # stores (H200: last25's rows first); ~7 min
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -676,6 +678,37 @@ PY
       cluster_switch_rows next - "$T" "$P=2" "$P=4" "$H" "$P=2 $H" "$T $P=2" - "$T" "$P=2" "$P=4" "$H" "$P=2 $H" "$T $P=2"
     fi
     grep -E "│ (layer|rms)_norm(_bwd)? .*(65536|262144)|^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" \
+      "$LOG" | cut -c1-100 | tail -90
+    ;;
+  next27)
+    # session 27, after H100 run 101 (HINTS gave layer norm's cluster rung +6% / +3% under the stand-in, rms -3%):
+    # softmax's HINTS apart for the norm rungs (_cluster_norm.HINT_LOADS / HINT_STORES: GPU tests first), each
+    # setting in its own process, alternating, twice. On an H200 first h200_wide_rows (session 25's defaults), then
+    # kw bench of cluster beside split: defaults / HINTS / loads only / stores only / W_PREFETCH=2 / TC_STATS with
+    # W_PREFETCH=2; last the FUSED_RELOAD rows of next26 (torch.compile's lead at rms 16384 x 8192). On an H100 the
+    # stand-in: defaults / HINTS / loads 1 / loads 2 (L1 only) / stores / loads 2 with W_PREFETCH=2.
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then h200_wide_rows; fi
+    step 150 python3 -m pytest -q -p no:cacheprovider -rfE -m gpu tests/test_rms_norm_cluster.py -k "hint"
+    grep -E "passed|failed" "$LOG" | tail -1
+    C=kernelwright.ops._cluster_norm
+    T="kernelwright.ops.layer_norm.cuda.TC_STATS=True kernelwright.ops.rms_norm.cuda.TC_STATS=True"
+    H=kernelwright.ops.softmax.cuda.HINTS=True
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      cluster_switch_rows next27 - "$H" "$C.HINT_LOADS=1" "$C.HINT_STORES=True" "$C.W_PREFETCH=2" "$T $C.W_PREFETCH=2" \
+        - "$H" "$C.HINT_LOADS=1" "$C.HINT_STORES=True" "$C.W_PREFETCH=2" "$T $C.W_PREFETCH=2"
+      F=kernelwright.ops.rms_norm.triton
+      for sw in "$F.FUSED_RELOAD=False" "$F.FUSED_RELOAD=True $F.FUSED_SUM_FIRST=True" \
+                "$F.FUSED_RELOAD=False" "$F.FUSED_RELOAD=True $F.FUSED_SUM_FIRST=True"; do
+        step 90 python3 benchmarks/experiments/switch_bench.py $sw -- bench rms_norm --dtypes bf16 --sizes 16384x8192 \
+          --variant fused --variant cluster --variant torch.compile --max-seconds 0.3
+        sw=${sw//kernelwright.ops./}; echo "   ($sw)" | tee -a "$LOG"
+      done
+    else
+      cluster_switch_rows next27 - "$H" "$C.HINT_LOADS=1" "$C.HINT_LOADS=2" "$C.HINT_STORES=True" \
+        "$C.HINT_LOADS=2 $C.W_PREFETCH=2" - "$H" "$C.HINT_LOADS=1" "$C.HINT_LOADS=2" "$C.HINT_STORES=True" \
+        "$C.HINT_LOADS=2 $C.W_PREFETCH=2"
+    fi
+    grep -E "│ (layer|rms)_norm(_bwd)? .*(8192|65536|262144)|^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" \
       "$LOG" | cut -c1-100 | tail -90
     ;;
   last25)

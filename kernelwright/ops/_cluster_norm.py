@@ -46,6 +46,15 @@ layer norm's store phase ran 1.5 us longer than rms_norm's (H100 run 99). No reg
 spills); L1 is what is left beside the shared-memory vectors (~124 KB an SM at 65536 columns, two CTAs), so a
 distance of one group or two (layer norm: 2 accesses, 32 KB a CTA, no spills at 65536 / 262144; rms_norm's group
 is 4, which spills 36 bytes at 65536, where 2 has none). 0: off (no define)."""
+HINT_LOADS: int | None = None
+"""Experiment switch (session 27): x's register loads in the norm cluster rungs apart from
+:data:`kernelwright.ops.softmax.cuda.HINTS` (which sets both this and :data:`HINT_STORES`): 0 ``__ldg``; 1 not kept
+in L1 and first out of L2 (HINTS' loads); 2 not kept in L1 only. None: as HINTS. Why: under sm_proxy.py's H200
+stand-in (H100 run 101, 48 SMs held) HINTS gave layer norm's cluster rung +6% at 4096 x 65536 (3.63 / 3.74 ->
+3.96 / 3.94 x132) and +3% at 1024 x 262144, and rms_norm -3% / -4%; the softmax rung lost 7% with HINTS on an
+H200 (run 54). Which half does what is the question."""
+HINT_STORES: bool | None = None
+"""Experiment switch (session 27): y's stores streaming (``st.global.cs``) apart from HINTS; None: as HINTS."""
 
 
 def limit(size: tuple[int, ...], kwargs: dict) -> str | None:
@@ -65,6 +74,10 @@ def options(cfg: sc.ClusterConfig, dtype: torch.dtype, extra: tuple[str, ...],
     store = (f"WG={W_GROUP}", f"WGS={wgs}", f"WEARLY={int(early if W_EARLY is None else W_EARLY)}")
     if W_PREFETCH:  # (defined only when on: the default kernels keep their options)
         store += (f"WPF={int(W_PREFETCH)}",)
+    if HINT_LOADS is not None:
+        store += (f"HINT_LOADS={int(HINT_LOADS)}",)
+    if HINT_STORES is not None:
+        store += (f"HINT_STORES={int(HINT_STORES)}",)
     return nvrtc.CompileOptions(defines=(*keep, *store, *extra))
 
 

@@ -81,6 +81,14 @@ __device__ __forceinline__ uint4 load_evict_first(const uint4* p) {
     return q;
 }
 
+// 16 bytes through the non-coherent path, not kept in L1 (L2's policy left as it is)
+__device__ __forceinline__ uint4 load_no_l1(const uint4* p) {
+    uint4 q;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(p));
+    return q;
+}
+
 // a hint: the 128-byte line at p brought into L1 (no register written, nothing waited for; sm_90 SASS CCTL.E.PF1)
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
@@ -171,6 +179,7 @@ inline void cluster_wait() { kw_emu::cluster_wait(); }
 inline float2 load_remote(const float2* local, unsigned rank) { return kw_emu::load_remote(local, rank); }
 inline float4 load_remote4(const float4* local, unsigned rank) { return kw_emu::load_remote(local, rank); }
 inline uint4 load_evict_first(const uint4* p) { return *p; }
+inline uint4 load_no_l1(const uint4* p) { return *p; }
 inline void prefetch_l1(const void* p) { kw_emu::prefetch(p); }  // (checked against the thread's later loads)
 inline void cp_async16(void* dst, const void* src) { kw_emu::cp_async(dst, src, 16, 16); }
 inline void cp_async16_or_zero(float* dst, const float* src, bool ok) { kw_emu::cp_async(dst, src, 16, ok ? 16 : 0); }

@@ -10,6 +10,12 @@
 #ifndef HINTS
 #define HINTS 0
 #endif
+#ifndef HINT_LOADS  // x's register loads: 0 __ldg; 1 not kept in L1, first out of L2; 2 not kept in L1 only
+#define HINT_LOADS HINTS
+#endif
+#ifndef HINT_STORES  // y's stores: 0 plain; 1 streaming (.cs)
+#define HINT_STORES HINTS
+#endif
 
 #if DTYPE == 0
 #define EB 4                         // bytes an element
@@ -80,16 +86,19 @@ __device__ __forceinline__ float lanes_sum(float v) {
 __device__ __forceinline__ float warp_max(float v) { return lanes_max<16>(v); }
 __device__ __forceinline__ float warp_sum(float v) { return lanes_sum<16>(v); }
 
-// x and y are each touched once: with HINTS, keep them out of L1 and first out of L2
+// x and y are each touched once: with HINTS (or HINT_LOADS / HINT_STORES apart), keep them out of L1 and first out
+// of L2
 __device__ __forceinline__ uint4 load_vector(const uint4* p) {
-#if HINTS
+#if HINT_LOADS == 1
     return load_evict_first(p);
+#elif HINT_LOADS == 2
+    return load_no_l1(p);
 #else
     return __ldg(p);
 #endif
 }
 __device__ __forceinline__ void store_vector(uint4* p, uint4 v) {
-#if HINTS
+#if HINT_STORES
     __stcs(p, v);
 #else
     *p = v;
