@@ -38,14 +38,15 @@ registers, whose registers are free by then); None: :data:`W_GROUP`. For layer_n
 bytes; rms_norm spills 48 bytes at 8 or 16 (it has 8 bytes at the default). Not timed yet (`ops.sh lnwide`)."""
 
 W_PREFETCH = 0
-"""Experiment switch (session 26, compiled and emulated only: not yet run on a GPU): the store's per-column vectors
+"""Experiment switch (session 26): the store's per-column vectors
 (w; w and b) prefetched into L1 this many accesses ahead of their loads (rows.cuh ``prefetch_accesses``; the first
 ones right after the chunk's loads), where today each group of W_GROUP vectors waits for its own L2 round trip:
 layer norm's store takes 8 such waits a CTA at 65536 columns, rms_norm's 4, and under sm_proxy.py's H200 stand-in
 layer norm's store phase ran 1.5 us longer than rms_norm's (H100 run 99). No registers held (against W_EARLY's
 spills); L1 is what is left beside the shared-memory vectors (~124 KB an SM at 65536 columns, two CTAs), so a
 distance of one group or two (layer norm: 2 accesses, 32 KB a CTA, no spills at 65536 / 262144; rms_norm's group
-is 4, which spills 36 bytes at 65536, where 2 has none). 0: off (no define)."""
+is 4, which spills 36 bytes at 65536, where 2 has none). 0: off (no define). Under the stand-in (H100 run 101, x132,
+twice): layer norm 3.63 / 3.74 -> 3.85 / 3.86 at 4096 x 65536 (2), nothing at 262144; rms_norm 4.45 -> 4.31 at 65536."""
 HINT_LOADS: int | None = None
 """Experiment switch (session 27): x's register loads in the norm cluster rungs apart from
 :data:`kernelwright.ops.softmax.cuda.HINTS` (which sets both this and :data:`HINT_STORES`): 0 ``__ldg``; 1 not kept

@@ -38,13 +38,14 @@ narrower shapes' kernels are as before; True / False force it at every shape."""
 
 
 TC_STATS = False
-"""Experiment switch (session 25, compiled and emulated only: not yet run on a GPU): FAST_STATS' sum and sum of squares
+"""Experiment switch (session 25): FAST_STATS' sum and sum of squares
 by the tensor cores, mma.sync m16n8k16 with each 16-byte vector of the held chunk as an A fragment (against ones for
 the sum; against its own rows for the squares, read off the diagonal), three instructions a vector where the fold
 issues 24 (``cuda/cluster.cu`` tc_fold). The reading behind it (H100 run 99, norm_timeline.py beside sm_proxy.py's
 occupier, 48 SMs held): with an SM's share of the H200's bandwidth the rung's statistics take 4.7 us a CTA, as long
 as its loads, against rms_norm's 2.9; they compete for issue with the SM's other CTA's store. Applied where
-FAST_STATS is (16-bit rows with shared-memory vectors)."""
+FAST_STATS is (16-bit rows with shared-memory vectors). Measured under the stand-in (H100 run 101, x132, twice):
+4096 x 65536 3.63 / 3.74 -> 3.76 / 3.74, 1024 x 262144 3.16 / 3.14 -> 3.08 / 3.10: within the noise, not a lever."""
 
 
 PAIR_ROWS = False
