@@ -84,6 +84,8 @@
 #                                                                # (GPU tests, off / on, twice); ~7 min
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next27       # session 27: next26 with HINTS split into loads /
 #                                                                # stores (H200: last25's rows first); ~7 min
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next28       # session 29: next27 on an H200; on an H100 the
+#                                                                # stand-in with rms's two better halves together
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -680,7 +682,7 @@ PY
     grep -E "│ (layer|rms)_norm(_bwd)? .*(65536|262144)|^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" \
       "$LOG" | cut -c1-100 | tail -90
     ;;
-  next27)
+  next27|next28)
     # session 27, after H100 run 101 (HINTS gave layer norm's cluster rung +6% / +3% under the stand-in, rms -3%):
     # softmax's HINTS apart for the norm rungs (_cluster_norm.HINT_LOADS / HINT_STORES: GPU tests first), each
     # setting in its own process, alternating, twice. On an H200 first h200_wide_rows (session 25's defaults), then
@@ -703,6 +705,11 @@ PY
           --variant fused --variant cluster --variant torch.compile --max-seconds 0.3
         sw=${sw//kernelwright.ops./}; echo "   ($sw)" | tee -a "$LOG"
       done
+    elif [ "$1" = next28 ]; then
+      # session 29, after run 102: rms's better halves together (HINT_LOADS=2 level or +1-2%, HINT_STORES +3.6% at
+      # 262144 apart), layer norm's best (HINTS whole) again beside them
+      cluster_switch_rows next28 - "$H" "$C.HINT_LOADS=2 $C.HINT_STORES=True" "$C.HINT_STORES=True" \
+        - "$H" "$C.HINT_LOADS=2 $C.HINT_STORES=True" "$C.HINT_STORES=True"
     else
       cluster_switch_rows next27 - "$H" "$C.HINT_LOADS=1" "$C.HINT_LOADS=2" "$C.HINT_STORES=True" \
         "$C.HINT_LOADS=2 $C.W_PREFETCH=2" - "$H" "$C.HINT_LOADS=1" "$C.HINT_LOADS=2" "$C.HINT_STORES=True" \
