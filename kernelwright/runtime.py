@@ -51,6 +51,7 @@ def select_device(device: str | None = None) -> str:
     if want == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
         _check_triton_not_compiled_mode()
+        _scope_interpreter_device_calls()
     elif os.environ.get("TRITON_INTERPRET") == "1":
         raise UsageError("device: TRITON_INTERPRET=1 is set in the environment, which forces CPU; unset it")
     _selected = want
@@ -71,6 +72,49 @@ def _check_triton_not_compiled_mode() -> None:
             "device: triton was imported before the CPU interpreter was selected; import kernelwright before "
             "triton, or set TRITON_INTERPRET=1 (or KW_DEVICE=cpu) in the environment before starting Python"
         )
+
+
+def _scope_interpreter_device_calls() -> None:
+    """Make Triton's interpreter undo a device-function call's patches when the call returns.
+
+    The interpreter swaps the builtins of the Triton language modules in a ``@jit`` function's globals for
+    interpreter versions while it runs. A kernel's swaps are undone when the kernel returns, but Triton 3.6's
+    device-function call (a kernel calling ``tl.max``, whose globals hold ``triton.language.core``, or a ``@jit``
+    helper) swaps again and never undoes it: after the first such kernel about 55 builtins of
+    ``triton.language.core`` stay interpreter wrappers, and whatever compiles for a GPU later in the process
+    (``kw inspect``'s Triton compiles, the Gluon attention rung's compile check) builds wrong IR ("'ir.value'
+    object has no attribute 'dtype'"), or binds the wrappers for good when it is first imported then. Here each
+    device call restores what it swapped on the way out, as a kernel does: the scopes nest, so the caller's own
+    swaps are what comes back. Left alone where Triton is absent or its call already restores (a later Triton).
+    """
+    try:
+        import inspect
+
+        from triton.runtime import interpreter as ti
+    except ImportError:
+        return
+    cls, patch, error = (getattr(ti, n, None) for n in ("InterpretedFunction", "_patch_lang", "InterpreterError"))
+    call = vars(cls).get("__call__") if isinstance(cls, type) else None
+    if None in (patch, error, call) or getattr(call, "kw_scoped", False):
+        return
+    try:
+        src = inspect.getsource(call)
+    except (OSError, TypeError):
+        return
+    if "_patch_lang(self.fn)" not in src or "restore" in src:  # not the leaking call this replaces
+        return
+
+    def scoped_call(self, *args, **kwargs):  # Triton 3.6's body, with the scope restored
+        scope = ti._patch_lang(self.fn)
+        try:
+            return self.rewrite()(*args, **kwargs)
+        except Exception as e:
+            raise ti.InterpreterError(repr(e)) from e
+        finally:
+            scope.restore()
+
+    scoped_call.kw_scoped = True
+    cls.__call__ = scoped_call
 
 
 def current_device() -> str:

@@ -342,11 +342,29 @@ def test_compile_triton_after_the_interpreter_ran_and_before_it_runs_again():
         _scale_add_kernel[(1,)](x, y, out, 1000, BLOCK=1024)
         torch.testing.assert_close(out, 2 * x + y + x.max())
 
-    run_interpreted()  # its tl.max call leaves triton.language.core patched (Triton 3.6)
+    run_interpreted()  # its tl.max call left triton.language.core patched (Triton 3.6) before kernelwright's fix
     art = ki.compile_triton(_scale_add_kernel, SCALE_ADD_SIG, {"BLOCK": 1024})
     assert ki.read_cubin(art.cubin, art.kernel).registers > 0
     assert os.environ["TRITON_INTERPRET"] == "1" and triton.knobs.runtime.interpret
     run_interpreted()
+
+
+@pytest.mark.skipif(not runtime.interpreting(), reason="checks the interpreter path (KW_DEVICE=cpu)")
+def test_an_interpreted_kernel_leaves_triton_language_as_it_found_it():
+    # Triton 3.6's device-function call (the helper, tl.max) swaps triton.language.core's builtins for interpreter
+    # wrappers and never swaps them back; importing kernelwright on the CPU makes it restore them on return
+    import torch
+
+    mods = [tl, tl.core, tl.math]
+    before = [dict(vars(m)) for m in mods]
+    x, y, out = torch.randn(1000), torch.randn(1000), torch.empty(1000)
+    _scale_add_kernel[(2,)](x, y, out, 1000, BLOCK=512)
+    block_max = torch.stack([x[:512].max(), x[512:].max()]).repeat_interleave(512)[:1000]
+    torch.testing.assert_close(out, 2 * x + y + block_max)
+    for m, was in zip(mods, before, strict=True):
+        changed = sorted(n for n, v in was.items() if vars(m).get(n) is not v)
+        assert not changed, f"{m.__name__}: {len(changed)} names left patched, e.g. {changed[:4]}"
+    assert getattr(triton.runtime.interpreter.InterpretedFunction.__call__, "kw_scoped", False)
 
 
 def test_compile_triton_fp16_dot_uses_hopper_tensor_cores(sass_tool):

@@ -726,13 +726,15 @@ def _compiled_view(obj, memo: dict[int, object]):
     return obj
 
 
-def _undo_interpreter_leak(tl) -> None:
-    """Put back what Triton 3.6's interpreter left patched in ``triton.language.core``.
+def undo_interpreter_leak(tl) -> None:
+    """Put back what Triton 3.6's interpreter left patched in ``triton.language.core`` (``tl``: the module).
 
     The interpreter patches the Triton language modules in a ``@jit`` function's globals while it runs it. A
     kernel's patches are undone when it returns (triton PR 8735), but not those made when it calls a library
     function such as ``tl.max`` (whose globals hold ``triton.language.core``); the compiler then builds wrong IR
-    ("'ir.value' object has no attribute 'dtype'"). Every interpreted launch patches again what it needs.
+    ("'ir.value' object has no attribute 'dtype'"). Importing kernelwright on the CPU makes those calls restore
+    what they patch (:func:`kernelwright.runtime._scope_interpreter_device_calls`); this is the compilers' second
+    line, for a process where that could not be done. Every interpreted launch patches again what it needs.
     """
     for name, value in list(vars(tl.core).items()):
         if getattr(value, "__qualname__", "").startswith("_patch_attr."):  # a builtin's wrapper keeps the original
@@ -794,7 +796,7 @@ def compile_triton(fn, signature: dict[str, str], constexprs: dict[str, object],
     if maxnreg is not None and not (isinstance(maxnreg, int) and 16 <= maxnreg <= 255):
         raise UsageError(f"maxnreg: expected an int from 16 to 255 registers a thread, got {maxnreg!r}")
     if isinstance(fn, InterpretedFunction):
-        _undo_interpreter_leak(triton.language)
+        undo_interpreter_leak(triton.language)
     jit = _compiled_view(fn, {})
     names = jit.arg_names
     unknown = [n for n in [*signature, *constexprs, *(aligned or [])] if n not in names]

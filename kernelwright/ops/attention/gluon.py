@@ -111,6 +111,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernelwright import runtime
 from kernelwright.errors import Unavailable, UsageError
 
 try:  # Gluon arrived with Triton 3.5/3.6; without it the rung is unavailable (fa3_limit still answers)
@@ -803,6 +804,10 @@ def compile_variant(var: Variant):
         else:
             assert name in int_args, name
             sig[name] = "i32"
+    if runtime.interpreting():  # a builtin the interpreter left patched would build wrong IR
+        from kernelwright.harness.inspect import undo_interpreter_leak
+
+        undo_interpreter_leak(triton.language)
     src = GluonASTSource(fn, sig, constexprs, {})
     with knobs.runtime.scope():
         knobs.runtime.interpret = False  # a test process may run Triton's interpreter; Gluon always compiles
