@@ -86,6 +86,9 @@
 #                                                                # stores (H200: last25's rows first); ~7 min
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next28       # session 29: next27 on an H200; on an H100 the
 #                                                                # stand-in with rms's two better halves together
+#   KW_GPU_FROM=tests/test_x.py bash benchmarks/h200/ops.sh gpusuite  # the GPU tests (-m gpu) file by file from
+#                                                                # KW_GPU_FROM, until KW_GPU_BUDGET s (540) are
+#                                                                # spent; names the first file not reached
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -1011,6 +1014,21 @@ PY
       done
     done
     tar -czf "$OUT/ncu.tgz" -C /tmp $(cd /tmp && ls ncu_*.csv) 2>/dev/null
+    ;;
+  gpusuite)
+    # the whole GPU suite does not fit one 10-minute call (H100 run 103: ~12% in 560 s), so it runs in slices:
+    # whole files in name order from KW_GPU_FROM, each under the time left; a file cut short is named to start from
+    budget=${KW_GPU_BUDGET:-540}; from=${KW_GPU_FROM:-}; s=$SECONDS; started=""; [ -z "$from" ] && started=1
+    for f in tests/test_*.py; do
+      [ "$f" = "$from" ] && started=1; [ -z "$started" ] && continue
+      left=$((budget - SECONDS + s))
+      if [ "$left" -lt 30 ]; then echo "next slice: KW_GPU_FROM=$f (time)" | tee -a "$LOG"; break; fi
+      n=$(wc -l < "$LOG")
+      step "$left" python3 -m pytest -q -p no:cacheprovider -rfE -m gpu "$f" --durations=3
+      echo "   $f: $(tail -n +$((n + 1)) "$LOG" | grep -E "passed|failed|error|no tests ran" | tail -1)" | tee -a "$LOG"
+    done
+    [ -z "$started" ] && echo "KW_GPU_FROM=$from: no such test file" | tee -a "$LOG"
+    grep -E "^   tests/|next slice|no such" "$LOG"
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \
