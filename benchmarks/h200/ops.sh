@@ -1025,7 +1025,7 @@ PY
       if [ "$left" -lt 30 ]; then echo "next slice: KW_GPU_FROM=$f (time)" | tee -a "$LOG"; break; fi
       n=$(wc -l < "$LOG")
       step "$left" python3 -m pytest -q -p no:cacheprovider -rfE -m gpu "$f" --durations=3
-      echo "   $f: $(tail -n +$((n + 1)) "$LOG" | grep -E "passed|failed|error|no tests ran" | tail -1)" | tee -a "$LOG"
+      echo "   $f: $(tail -n +$((n + 1)) "$LOG" | grep -E "passed|failed|error|no tests ran|deselected" | tail -1)" | tee -a "$LOG"
     done
     [ -z "$started" ] && echo "KW_GPU_FROM=$from: no such test file" | tee -a "$LOG"
     grep -E "^   tests/|next slice|no such" "$LOG"
