@@ -87,8 +87,9 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next28       # session 29: next27 on an H200; on an H100 the
 #                                                                # stand-in with rms's two better halves together
 #   KW_GPU_FROM=tests/test_x.py bash benchmarks/h200/ops.sh gpusuite  # the GPU tests (-m gpu) file by file from
-#                                                                # KW_GPU_FROM, until KW_GPU_BUDGET s (540) are
-#                                                                # spent; names the first file not reached
+#                                                                # KW_GPU_FROM (less its first KW_GPU_SKIP tests),
+#                                                                # until KW_GPU_BUDGET s (540) are spent; prints
+#                                                                # where the next slice starts
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -1017,15 +1018,27 @@ PY
     ;;
   gpusuite)
     # the whole GPU suite does not fit one 10-minute call (H100 run 103: ~12% in 560 s), so it runs in slices:
-    # whole files in name order from KW_GPU_FROM, each under the time left; a file cut short is named to start from
-    budget=${KW_GPU_BUDGET:-540}; from=${KW_GPU_FROM:-}; s=$SECONDS; started=""; [ -z "$from" ] && started=1
+    # whole files in name order from KW_GPU_FROM (its first KW_GPU_SKIP tests left out: a file cut short resumes
+    # after the tests it finished), each under the time left; where a slice stops, it prints the next one's start
+    budget=${KW_GPU_BUDGET:-540}; from=${KW_GPU_FROM:-}; skip=${KW_GPU_SKIP:-0}; s=$SECONDS; started=""
+    [ -z "$from" ] && started=1
     for f in tests/test_*.py; do
       [ "$f" = "$from" ] && started=1; [ -z "$started" ] && continue
       left=$((budget - SECONDS + s))
-      if [ "$left" -lt 30 ]; then echo "next slice: KW_GPU_FROM=$f (time)" | tee -a "$LOG"; break; fi
+      if [ "$left" -lt 30 ]; then echo "next slice: KW_GPU_FROM=$f KW_GPU_SKIP=$skip (time)" | tee -a "$LOG"; break; fi
       n=$(wc -l < "$LOG")
-      step "$left" python3 -m pytest -q -p no:cacheprovider -rfE -m gpu "$f" --durations=3
-      echo "   $f: $(tail -n +$((n + 1)) "$LOG" | grep -E "passed|failed|error|no tests ran|deselected" | tail -1)" | tee -a "$LOG"
+      step "$left" env PYTHONUNBUFFERED=1 KW_GPU_SKIP="$skip" python3 -m pytest -v -p no:cacheprovider -rfE -m gpu \
+        "$f" --durations=3
+      block=$(tail -n +$((n + 1)) "$LOG")
+      if grep -qE "rc=124 in [0-9]+s$" <<< "$block"; then  # cut by the time left: the next slice resumes in this file
+        done_here=$(grep -cE "^tests/.*::.* (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)" <<< "$block")
+        echo "   $f: cut by the time left after $done_here tests ($(grep -cE "::.* FAILED" <<< "$block") failed)" \
+          | tee -a "$LOG"
+        echo "next slice: KW_GPU_FROM=$f KW_GPU_SKIP=$((skip + done_here)) (time)" | tee -a "$LOG"; break
+      fi
+      echo "   $f: $(grep -E "passed|failed|error|no tests ran|deselected" <<< "$block" | tail -1 | sed -E 's/^=+ | =+$//g')" \
+        | tee -a "$LOG"
+      skip=0
     done
     [ -z "$started" ] && echo "KW_GPU_FROM=$from: no such test file" | tee -a "$LOG"
     grep -E "^   tests/|next slice|no such" "$LOG"
