@@ -7,13 +7,19 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _collected(skip: str | None) -> tuple[int, list[str]]:
+def _collect(skip: str | None, *marker: str) -> subprocess.CompletedProcess:
+    """Collect tests/test_gpu.py (with `-m <marker>` when one is given) in a fresh pytest, KW_GPU_SKIP=skip."""
     env = {k: v for k, v in os.environ.items() if k != "KW_GPU_SKIP"}
     if skip is not None:
         env["KW_GPU_SKIP"] = skip
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-                        "tests/test_gpu.py", "--collect-only"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+    select = ["-m", *marker] if marker else []
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select,
+                           "tests/test_gpu.py", "--collect-only"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _collected(skip: str | None) -> tuple[int, list[str]]:
+    p = _collect(skip, "gpu")
     return p.returncode, [line for line in p.stdout.splitlines() if "::" in line]
 
 
@@ -28,8 +34,6 @@ def test_kw_gpu_skip_leaves_out_the_first_selected_tests_in_order():
 
 
 def test_kw_gpu_skip_that_is_not_a_count_is_refused_by_name():
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_gpu.py",
-                        "--collect-only"], cwd=ROOT, env={**os.environ, "KW_GPU_SKIP": "three"},
-                       capture_output=True, text=True, timeout=300)
+    p = _collect("three")
     assert p.returncode != 0
     assert "KW_GPU_SKIP" in p.stdout + p.stderr and "'three'" in p.stdout + p.stderr

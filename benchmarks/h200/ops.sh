@@ -1036,8 +1036,8 @@ PY
           | tee -a "$LOG"
         echo "next slice: KW_GPU_FROM=$f KW_GPU_SKIP=$((skip + done_here)) (time)" | tee -a "$LOG"; break
       fi
-      echo "   $f: $(grep -E "passed|failed|error|no tests ran|deselected" <<< "$block" | tail -1 | sed -E 's/^=+ | =+$//g')" \
-        | tee -a "$LOG"
+      tally=$(grep -E "passed|failed|error|no tests ran|deselected" <<< "$block" | tail -1 | sed -E 's/^=+ | =+$//g')
+      echo "   $f: $tally" | tee -a "$LOG"
       skip=0
     done
     [ -z "$started" ] && echo "KW_GPU_FROM=$from: no such test file" | tee -a "$LOG"
