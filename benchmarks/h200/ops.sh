@@ -89,7 +89,8 @@
 #   KW_GPU_FROM=tests/test_x.py bash benchmarks/h200/ops.sh gpusuite  # the GPU tests (-m gpu) file by file from
 #                                                                # KW_GPU_FROM (less its first KW_GPU_SKIP tests),
 #                                                                # until KW_GPU_BUDGET s (540) are spent; prints
-#                                                                # where the next slice starts
+#                                                                # where the next slice starts; KW_GPU_TO=<file>
+#                                                                # stops after that file
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh reload       # rms's fused forward as torch.compile's kernel
 #                                                                # (x read again from L2), peers beside it
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh tail         # the forward at 262144 columns: whole waves of
@@ -1020,10 +1021,16 @@ PY
     # the whole GPU suite does not fit one 10-minute call (H100 run 103: ~12% in 560 s), so it runs in slices:
     # whole files in name order from KW_GPU_FROM (its first KW_GPU_SKIP tests left out: a file cut short resumes
     # after the tests it finished), each under the time left; where a slice stops, it prints the next one's start
+    # (KW_GPU_TO=tests/test_y.py: the last file to run, so a resumed slice stops before files passed already)
     budget=${KW_GPU_BUDGET:-540}; from=${KW_GPU_FROM:-}; skip=${KW_GPU_SKIP:-0}; s=$SECONDS; started=""
+    to=${KW_GPU_TO:-}; last=""
+    if [ -n "$to" ] && [ ! -f "$to" ]; then echo "KW_GPU_TO=$to: no such test file" | tee -a "$LOG"; exit 2; fi
     [ -z "$from" ] && started=1
     for f in tests/test_*.py; do
+      [ -n "$last" ] && { echo "   stopped after KW_GPU_TO=$to" | tee -a "$LOG"; break; }
+      [ "$f" = "$to" ] && [ -z "$started" ] && { echo "KW_GPU_TO=$to comes before KW_GPU_FROM=$from" | tee -a "$LOG"; exit 2; }
       [ "$f" = "$from" ] && started=1; [ -z "$started" ] && continue
+      [ "$f" = "$to" ] && last=1
       left=$((budget - SECONDS + s))
       if [ "$left" -lt 30 ]; then echo "next slice: KW_GPU_FROM=$f KW_GPU_SKIP=$skip (time)" | tee -a "$LOG"; break; fi
       n=$(wc -l < "$LOG")
@@ -1041,7 +1048,7 @@ PY
       skip=0
     done
     [ -z "$started" ] && echo "KW_GPU_FROM=$from: no such test file" | tee -a "$LOG"
-    grep -E "^   tests/|next slice|no such" "$LOG"
+    grep -E "^   tests/|next slice|no such|stopped after" "$LOG"
     ;;
   bwd)
     step 300 python3 -m kernelwright.cli bench rms_norm_bwd layer_norm_bwd add_rms_norm_bwd swiglu_bwd rope rope_bwd \
