@@ -86,6 +86,9 @@
 #                                                                # stores (H200: last25's rows first); ~7 min
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh next28       # session 29: next27 on an H200; on an H100 the
 #                                                                # stand-in with rms's two better halves together
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh hints        # session 33: softmax.cuda.HINTS off / on for
+#                                                                # softmax's and layer norm's cluster rungs beside
+#                                                                # layer norm's split (stand-in on an H100), 3 times
 #   KW_GPU_FROM=tests/test_x.py bash benchmarks/h200/ops.sh gpusuite  # the GPU tests (-m gpu) file by file from
 #                                                                # KW_GPU_FROM (less its first KW_GPU_SKIP tests),
 #                                                                # until KW_GPU_BUDGET s (540) are spent; prints
@@ -721,6 +724,31 @@ PY
         "$C.HINT_LOADS=2 $C.W_PREFETCH=2"
     fi
     grep -E "│ (layer|rms)_norm(_bwd)? .*(8192|65536|262144)|^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" \
+      "$LOG" | cut -c1-100 | tail -90
+    ;;
+  hints)
+    # session 33: is the stand-in right about softmax.cuda.HINTS? On the H200 it cost softmax's cluster rung 7% at
+    # both wide widths (run 54); under the stand-in it gave layer norm's cluster rung +7-9% at 65536 (runs 101-105),
+    # never set beside softmax's, nor beside layer norm's split rung (variant=None's pick there). Defaults / HINTS,
+    # alternating, three times, each in its own process: copy, layer norm cluster and split, softmax cluster. On an
+    # H200 kw bench of the same rungs (then the stand-in's question is answered by the card itself).
+    H=kernelwright.ops.softmax.cuda.HINTS=True
+    i=0
+    for sw in - "$H" - "$H" - "$H"; do
+      i=$((i + 1)); sets=$sw; [ "$sw" = - ] && sets=""
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        step 60 python3 benchmarks/experiments/switch_bench.py $sets -- bench layer_norm softmax --dtypes bf16 \
+          --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
+      else
+        args=""; [ -n "$sets" ] && args="--set $sets"
+        step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
+          --sizes 4096x65536,1024x262144 --only "copy,layer cluster,layer split,softmax cluster" \
+          --json "/tmp/sm_proxy_hints_$i.json"
+      fi
+      t=${sets//kernelwright.ops./}; echo "   (${t:-defaults})" | tee -a "$LOG"
+    done
+    tar -czf "$OUT/sm_proxy_hints.tgz" -C /tmp $(cd /tmp && ls sm_proxy_hints_*.json 2>/dev/null) 2>/dev/null
+    grep -E "│ (layer_norm|softmax) .*(65536|262144)|^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" \
       "$LOG" | cut -c1-100 | tail -90
     ;;
   last25)
