@@ -7,12 +7,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _collect(skip: str | None, *marker: str) -> subprocess.CompletedProcess:
+def _collect(skip: str | None, marker: str | None = None) -> subprocess.CompletedProcess:
     """Collect tests/test_gpu.py (with `-m <marker>` when one is given) in a fresh pytest, KW_GPU_SKIP=skip."""
     env = {k: v for k, v in os.environ.items() if k != "KW_GPU_SKIP"}
     if skip is not None:
         env["KW_GPU_SKIP"] = skip
-    select = ["-m", *marker] if marker else []
+    select = ["-m", marker] if marker else []
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select,
                            "tests/test_gpu.py", "--collect-only"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)

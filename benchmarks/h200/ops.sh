@@ -1052,11 +1052,15 @@ PY
     # (KW_GPU_TO=tests/test_y.py: the last file to run, so a resumed slice stops before files passed already)
     budget=${KW_GPU_BUDGET:-540}; from=${KW_GPU_FROM:-}; skip=${KW_GPU_SKIP:-0}; s=$SECONDS; started=""
     to=${KW_GPU_TO:-}; last=""
-    if [ -n "$to" ] && [ ! -f "$to" ]; then echo "KW_GPU_TO=$to: no such test file" | tee -a "$LOG"; exit 2; fi
+    for v in "KW_GPU_FROM=$from" "KW_GPU_TO=$to"; do
+      f=${v#*=}; if [ -n "$f" ] && [ ! -f "$f" ]; then echo "$v: no such test file" | tee -a "$LOG"; exit 2; fi
+    done
     [ -z "$from" ] && started=1
     for f in tests/test_*.py; do
       [ -n "$last" ] && { echo "   stopped after KW_GPU_TO=$to" | tee -a "$LOG"; break; }
-      [ "$f" = "$to" ] && [ -z "$started" ] && { echo "KW_GPU_TO=$to comes before KW_GPU_FROM=$from" | tee -a "$LOG"; exit 2; }
+      if [ "$f" = "$to" ] && [ -z "$started" ]; then
+        echo "KW_GPU_TO=$to comes before KW_GPU_FROM=$from" | tee -a "$LOG"; exit 2
+      fi
       [ "$f" = "$from" ] && started=1; [ -z "$started" ] && continue
       [ "$f" = "$to" ] && last=1
       left=$((budget - SECONDS + s))
@@ -1075,7 +1079,6 @@ PY
       echo "   $f: $tally" | tee -a "$LOG"
       skip=0
     done
-    [ -z "$started" ] && echo "KW_GPU_FROM=$from: no such test file" | tee -a "$LOG"
     grep -E "^   tests/|next slice|no such|stopped after" "$LOG"
     ;;
   bwd)
