@@ -751,6 +751,23 @@ PY
     grep -E "│ (layer_norm|softmax) .*(65536|262144)|^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" \
       "$LOG" | cut -c1-100 | tail -90
     ;;
+  hints54)
+    # session 33, after run 108 (the stand-in: softmax's cluster rung -3% with HINTS, where the H200 lost 7% in run
+    # 54, with that run's launch shape since changed): run 54's softmax shape itself (cluster3's "$B": CTAs of 256,
+    # clusters to 16, no shared-memory vectors, which came later) under the stand-in, defaults / HINTS alternating,
+    # three times, so the stand-in and the H200 are asked about one kernel (H200 run 54: 3.82 / 3.53 -> 3.56 / 3.26)
+    S=kernelwright.ops.softmax.cuda
+    R54="--set $S.MAX_THREADS_SPLIT=256 --set $S.NONPORTABLE=True --set $S.SMEM_VECTORS=0"
+    i=0
+    for sw in - "$S.HINTS=True" - "$S.HINTS=True" - "$S.HINTS=True"; do
+      i=$((i + 1)); args=$R54; [ "$sw" != - ] && args="$args --set $sw"
+      step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
+        --sizes 4096x65536,1024x262144 --only "copy,softmax cluster" --json "/tmp/sm_proxy_hints54_$i.json"
+      t=${sw//kernelwright.ops./}; [ "$sw" = - ] && t=""; echo "   (run 54's kernel ${t:-defaults})" | tee -a "$LOG"
+    done
+    tar -czf "$OUT/sm_proxy_hints54.tgz" -C /tmp $(cd /tmp && ls sm_proxy_hints54_*.json 2>/dev/null) 2>/dev/null
+    grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | cut -c1-100 | tail -40
+    ;;
   last25)
     # session 25's last call, cut to the device time left (~3 minutes with the start). On an H200: layer norm cluster
     # vs split at the wide rows twice (variant=None's choice), rms at 262144, the backward's cluster rung at the wide
