@@ -89,6 +89,8 @@
 #   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh hints        # session 33: softmax.cuda.HINTS off / on for
 #                                                                # softmax's and layer norm's cluster rungs beside
 #                                                                # layer norm's split (stand-in on an H100), 3 times
+#   KW_GIT_COMMIT=<sha> bash benchmarks/h200/ops.sh hints54      # session 33: the same for H200 run 54's softmax
+#                                                                # cluster shape under the stand-in
 #   KW_GPU_FROM=tests/test_x.py bash benchmarks/h200/ops.sh gpusuite  # the GPU tests (-m gpu) file by file from
 #                                                                # KW_GPU_FROM (less its first KW_GPU_SKIP tests),
 #                                                                # until KW_GPU_BUDGET s (540) are spent; prints
