@@ -16,6 +16,9 @@ some N before it is used to predict anything. Rungs whose programs wait on each 
 sized to the SMs left (``persistent_groups`` scaled); a case that does not finish in 10 s has the occupier released
 (its SMs freed, so nothing stays hung) and is reported as such. Every output is checked against float64 first.
 JSON to $OUT/sm_proxy.json.
+
+Not for cache hints: with H200 run 54's softmax cluster kernel, ``softmax.cuda.HINTS`` read -1.6% / -0.3% here
+(H100 run 109, 48 SMs held) where the H200 lost 7% / 7.6% (benchmarks/journal/norms.md, session 33).
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ HINT_LOADS: int | None = None
 in L1 and first out of L2 (HINTS' loads); 2 not kept in L1 only. None: as HINTS. Why: under sm_proxy.py's H200
 stand-in (H100 run 101, 48 SMs held) HINTS gave layer norm's cluster rung +6% at 4096 x 65536 (3.63 / 3.74 ->
 3.96 / 3.94 x132) and +3% at 1024 x 262144, and rms_norm -3% / -4%; the softmax rung lost 7% with HINTS on an
-H200 (run 54). Which half does what is the question."""
+H200 (run 54). Which half does what is the question. Since H100 runs 108-109 the stand-in's word on hints is not
+taken: with run 54's own softmax kernel it read HINTS -1.6% / -0.3% where the H200 lost 7% / 7.6%."""
 HINT_STORES: bool | None = None
 """Experiment switch (session 27): y's stores streaming (``st.global.cs``) apart from HINTS; None: as HINTS."""
 
