@@ -148,19 +148,24 @@ standing_rows() { local i
 # the norm cluster rungs with library switches, each setting (SPACE-separated module.NAME=VALUE, "-" for the
 # defaults) in its own process, in the order given (list them twice to alternate): kw bench of cluster beside split
 # at 16384 x 8192 / 4096 x 65536 / 1024 x 262144 on an H200; on an H100 sm_proxy.py's H200 stand-in (48 SMs held as
-# whole GPCs) at the two wide sizes, each case's JSON in /tmp/sm_proxy_$1_<i>.json, tarred into $OUT/sm_proxy_$1.tgz
+# whole GPCs) at the two wide sizes, each case's JSON in /tmp/sm_proxy_$1_<i>.json, tarred into $OUT/sm_proxy_$1.tgz.
+# Set for one call (VAR=... cluster_switch_rows ...): ONLY (the stand-in's --only, default "rms cluster,layer
+# cluster"), FAMILIES (kw bench's, default "layer_norm rms_norm"), SIZES (both branches' sizes), BASE (settings put
+# before each case's) and NOTE (a word before each case's label)
 cluster_switch_rows() { local tag=$1 i=0 setting sets t args; shift
+  local only="${ONLY:-rms cluster,layer cluster}" fams="${FAMILIES:-layer_norm rms_norm}" base="${BASE:-}"
+  local sizes="${SIZES:-16384x8192,4096x65536,1024x262144}" proxy_sizes="${SIZES:-4096x65536,1024x262144}"
   for setting in "$@"; do
     i=$((i + 1)); sets=$setting; [ "$setting" = - ] && sets=""
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      step 60 python3 benchmarks/experiments/switch_bench.py $sets -- bench layer_norm rms_norm --dtypes bf16 \
-        --sizes 16384x8192,4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
+      step 60 python3 benchmarks/experiments/switch_bench.py $base $sets -- bench $fams --dtypes bf16 \
+        --sizes "$sizes" --variant cluster --variant split --no-peers --max-seconds 0.3
     else
-      args=""; for t in $sets; do args="$args --set $t"; done
+      args=""; for t in $base $sets; do args="$args --set $t"; done
       step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
-        --sizes 4096x65536,1024x262144 --only "rms cluster,layer cluster" --json "/tmp/sm_proxy_${tag}_$i.json"
+        --sizes "$proxy_sizes" --only "$only" --json "/tmp/sm_proxy_${tag}_$i.json"
     fi
-    t=${sets//kernelwright.ops./}; echo "   (${t:-defaults})" | tee -a "$LOG"
+    t=${sets//kernelwright.ops./}; echo "   (${NOTE:+$NOTE }${t:-defaults})" | tee -a "$LOG"
   done
   tar -czf "$OUT/sm_proxy_$tag.tgz" -C /tmp $(cd /tmp && ls sm_proxy_${tag}_*.json 2>/dev/null) 2>/dev/null; }
 # the rows an H200 session should take first since session 25 (about 4 minutes): the GPU tests of session 25's
@@ -735,21 +740,8 @@ PY
     # alternating, three times, each in its own process: copy, layer norm cluster and split, softmax cluster. On an
     # H200 kw bench of the same rungs (then the stand-in's question is answered by the card itself).
     H=kernelwright.ops.softmax.cuda.HINTS=True
-    i=0
-    for sw in - "$H" - "$H" - "$H"; do
-      i=$((i + 1)); sets=$sw; [ "$sw" = - ] && sets=""
-      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        step 60 python3 benchmarks/experiments/switch_bench.py $sets -- bench layer_norm softmax --dtypes bf16 \
-          --sizes 4096x65536,1024x262144 --variant cluster --variant split --no-peers --max-seconds 0.3
-      else
-        args=""; [ -n "$sets" ] && args="--set $sets"
-        step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
-          --sizes 4096x65536,1024x262144 --only "copy,layer cluster,layer split,softmax cluster" \
-          --json "/tmp/sm_proxy_hints_$i.json"
-      fi
-      t=${sets//kernelwright.ops./}; echo "   (${t:-defaults})" | tee -a "$LOG"
-    done
-    tar -czf "$OUT/sm_proxy_hints.tgz" -C /tmp $(cd /tmp && ls sm_proxy_hints_*.json 2>/dev/null) 2>/dev/null
+    ONLY="copy,layer cluster,layer split,softmax cluster" FAMILIES="layer_norm softmax" SIZES=4096x65536,1024x262144 \
+      cluster_switch_rows hints - "$H" - "$H" - "$H"
     grep -E "│ (layer_norm|softmax) .*(65536|262144)|^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" \
       "$LOG" | cut -c1-100 | tail -90
     ;;
@@ -759,15 +751,9 @@ PY
     # clusters to 16, no shared-memory vectors, which came later) under the stand-in, defaults / HINTS alternating,
     # three times, so the stand-in and the H200 are asked about one kernel (H200 run 54: 3.82 / 3.53 -> 3.56 / 3.26)
     S=kernelwright.ops.softmax.cuda
-    R54="--set $S.MAX_THREADS_SPLIT=256 --set $S.NONPORTABLE=True --set $S.SMEM_VECTORS=0"
-    i=0
-    for sw in - "$S.HINTS=True" - "$S.HINTS=True" - "$S.HINTS=True"; do
-      i=$((i + 1)); args=$R54; [ "$sw" != - ] && args="$args --set $sw"
-      step 60 python3 benchmarks/experiments/sm_proxy.py $args --cluster 16 --blocked 0,48 \
-        --sizes 4096x65536,1024x262144 --only "copy,softmax cluster" --json "/tmp/sm_proxy_hints54_$i.json"
-      t=${sw//kernelwright.ops./}; [ "$sw" = - ] && t=""; echo "   (run 54's kernel ${t:-defaults})" | tee -a "$LOG"
-    done
-    tar -czf "$OUT/sm_proxy_hints54.tgz" -C /tmp $(cd /tmp && ls sm_proxy_hints54_*.json 2>/dev/null) 2>/dev/null
+    ONLY="copy,softmax cluster" FAMILIES=softmax SIZES=4096x65536,1024x262144 NOTE="run 54's kernel" \
+      BASE="$S.MAX_THREADS_SPLIT=256 $S.NONPORTABLE=True $S.SMEM_VECTORS=0" \
+      cluster_switch_rows hints54 - "$S.HINTS=True" - "$S.HINTS=True" - "$S.HINTS=True"
     grep -E "^case|^[a-z].* [0-9]+x[0-9]+ +[0-9.]+ +[0-9.]+$|^   \(" "$LOG" | cut -c1-100 | tail -40
     ;;
   last25)
